@@ -1,0 +1,432 @@
+"""Chat commands (CONTRACT §3): one Struct per command type and the handlers that run them.
+
+A handler loads the chat (and, for family operations, its relatives), asks the pure ``decide`` for
+events, records them and returns the CONTRACT §4 result. Repeating a command with an idempotency key
+already recorded on the chat returns the first result, rebuilt from the events that command recorded.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Literal
+from uuid import UUID, uuid4, uuid5
+
+import msgspec
+
+from commands.base import Command, handles
+from commands.uow import UnitOfWork, run
+from ledger.base import Emitter
+from ledger.chat import decide as d
+from ledger.chat import events as ev
+from ledger.chat.aggregate import Chat
+from ledger.chat.state import ChatState
+from ledger.chat.values import ChatError, MessageInput, TextPart
+from ledger.errors import LedgerError, invalid_command
+
+IDEMPOTENT_CREATE_NAMESPACE = UUID("3c1f8a52-7d4e-5b9a-8e21-0f6d4c7b2a93")
+
+
+class ToolResultInput(msgspec.Struct, forbid_unknown_fields=True):
+    tool_call_id: str
+    output: str
+    is_error: bool = False
+
+
+class _WithUserMessage(Command, kw_only=True):
+    text: str | None = None
+    message: MessageInput | None = None
+
+    def user_message(self) -> MessageInput:
+        if self.message is not None and self.text is not None:
+            raise invalid_command("give either text or message, not both")
+        if self.message is not None:
+            return self.message
+        if self.text is None:
+            raise invalid_command("a user message is required: give text or message")
+        return MessageInput(role="user", parts=[TextPart(text=self.text)])
+
+
+class CreateChat(_WithUserMessage, tag="create_chat", kw_only=True):
+    organization_id: UUID
+    owner_id: UUID
+    chat_id: UUID | None = None
+    parent_chat_id: UUID | None = None
+    title: str | None = None
+    model_config_id: UUID | None = None
+    hook_allowed_tools: list[str] | None = None
+    dynamic_tools: list[str] = []
+    initial_status: Literal["running", "waiting"] = "running"
+    turn_id: UUID | None = None
+
+
+class SendMessage(_WithUserMessage, tag="send_message", kw_only=True):
+    chat_id: UUID
+    created_by: UUID | None = None
+    busy_behavior: Literal["queue", "interrupt"] = "queue"
+    prefix_messages: list[MessageInput] = []
+    hook_allowed_tools: list[str] | None = None
+    model_config_id: UUID | None = None
+    turn_id: UUID | None = None
+
+
+class EditMessage(_WithUserMessage, tag="edit_message", kw_only=True):
+    chat_id: UUID
+    message_id: int
+    created_by: UUID | None = None
+    prefix_messages: list[MessageInput] = []
+    suffix_messages: list[MessageInput] = []
+    model_config_id: UUID | None = None
+    turn_id: UUID | None = None
+
+
+class DeleteQueuedMessage(Command, tag="delete_queued_message", kw_only=True):
+    chat_id: UUID
+    queued_message_id: int
+
+
+class PromoteQueuedMessage(Command, tag="promote_queued_message", kw_only=True):
+    chat_id: UUID
+    queued_message_id: int
+
+
+class Interrupt(Command, tag="interrupt", kw_only=True):
+    chat_id: UUID
+    reason: str | None = None
+
+
+class CompleteRequiresAction(Command, tag="complete_requires_action", kw_only=True):
+    chat_id: UUID
+    results: list[ToolResultInput]
+    created_by: UUID | None = None
+
+
+class CancelRequiresAction(Command, tag="cancel_requires_action", kw_only=True):
+    chat_id: UUID
+    reason: str | None = None
+
+
+class RequestCompaction(Command, tag="request_compaction", kw_only=True):
+    chat_id: UUID
+
+
+class ClearContext(Command, tag="clear_context", kw_only=True):
+    chat_id: UUID
+
+
+class EnterRequiresAction(Command, tag="enter_requires_action", kw_only=True):
+    chat_id: UUID
+
+
+class FinishTurn(Command, tag="finish_turn", kw_only=True):
+    chat_id: UUID
+
+
+class Abandon(Command, tag="abandon", kw_only=True):
+    chat_id: UUID
+
+
+class RecordGenerationAttempt(Command, tag="record_generation_attempt", kw_only=True):
+    chat_id: UUID
+
+
+class CommitStep(Command, tag="commit_step", kw_only=True):
+    chat_id: UUID
+    messages: list[MessageInput]
+    consume_compaction_request: bool = False
+
+
+class FinishInterruption(Command, tag="finish_interruption", kw_only=True):
+    chat_id: UUID
+    partial_messages: list[MessageInput] = []
+
+
+class FinishError(Command, tag="finish_error", kw_only=True):
+    chat_id: UUID
+    error: ChatError
+
+
+class FailIdle(Command, tag="fail_idle", kw_only=True):
+    chat_id: UUID
+    error: str
+
+
+class RecordRetryState(Command, tag="record_retry_state", kw_only=True):
+    chat_id: UUID
+    retry_state: dict[str, Any]
+
+
+class EndChat(Command, tag="end_chat", kw_only=True):
+    chat_id: UUID
+    prefix_messages: list[MessageInput] = []
+
+
+class SetArchived(Command, tag="set_archived", kw_only=True):
+    chat_id: UUID
+    archived: bool
+
+
+class Acquire(Command, tag="acquire", kw_only=True):
+    chat_id: UUID
+    worker_id: UUID
+    runner_id: UUID
+
+
+class SetTitle(Command, tag="set_title", kw_only=True):
+    chat_id: UUID
+    title: str
+
+
+# -- results --------------------------------------------------------------------------------------------
+
+def chat_result(state: ChatState, events: list[Any]) -> dict[str, Any]:
+    """CONTRACT §4: the chat's state after the command plus what the command inserted."""
+    message_ids: list[int] = []
+    queued: int | None = None
+    promoted: int | None = None
+    for e in events:
+        if e.originator_id != state.chat_id:
+            continue
+        for m in getattr(e, "messages", ()) or ():
+            message_ids.append(m.message_id)
+        if isinstance(e, ev.PromptQueued):
+            queued = e.prompt.queued_message_id
+        elif isinstance(e, ev.QueuedPromptPromoted):
+            promoted = e.queued_message_id
+    result: dict[str, Any] = {
+        "chat_id": str(state.chat_id),
+        "status": state.status,
+        "execution_state": state.execution_state,
+        "archived": state.archived,
+        "queue_length": len(state.queue),
+        "version": state.version,
+        "turn_id": str(state.turn_id) if state.turn_id else None,
+        "message_ids": message_ids,
+        "generation_attempt": state.generation_attempt,
+        "model_config_id": str(state.model_config_id) if state.model_config_id else None,
+    }
+    if queued is not None:
+        result["queued_message_id"] = queued
+    if promoted is not None:
+        result["promoted_queued_message_id"] = promoted
+    return result
+
+
+def _repeat_result(app: Any, chat: Chat, key: str) -> dict[str, Any]:
+    first, last = chat.state.idempotency[key]
+    past = app.load(chat.id, version=last)
+    return chat_result(past.state, app.stream(chat.id, gt=first - 1, lte=last))
+
+
+def _load_chat(uow: UnitOfWork, chat_id: UUID) -> Chat:
+    agg = uow.get(chat_id)
+    if not isinstance(agg, Chat):
+        raise LedgerError("chat_not_found", "chat not found")
+    return agg
+
+
+def _emitter(uow: UnitOfWork, agg: Chat | None, chat_id: UUID, cmd: Command) -> Emitter:
+    return Emitter(chat_id, agg.version if agg else 0, uow.now, cmd.idempotency_key, cmd.actor)
+
+
+def on_chat(app: Any, cmd: Any, decide: Callable[[ChatState, Emitter], list[Any]]) -> dict[str, Any]:
+    def work(uow: UnitOfWork) -> dict[str, Any]:
+        chat = _load_chat(uow, cmd.chat_id)
+        if cmd.idempotency_key is not None and cmd.idempotency_key in chat.state.idempotency:
+            return _repeat_result(app, chat, cmd.idempotency_key)
+        events = decide(chat.state, _emitter(uow, chat, chat.id, cmd))
+        uow.record(chat, events)
+        return chat_result(chat.state, events)
+
+    return run(app, work)
+
+
+# -- handlers -------------------------------------------------------------------------------------------
+
+@handles(CreateChat)
+def create_chat(app: Any, cmd: CreateChat) -> dict[str, Any]:
+    message = cmd.user_message()
+    if cmd.chat_id is not None:
+        chat_id = cmd.chat_id
+    elif cmd.idempotency_key is not None:
+        # A repeated create with the same key must find the chat it created the first time.
+        chat_id = uuid5(IDEMPOTENT_CREATE_NAMESPACE, f"{cmd.organization_id}/{cmd.owner_id}/{cmd.idempotency_key}")
+    else:
+        chat_id = uuid4()
+
+    def work(uow: UnitOfWork) -> dict[str, Any]:
+        existing = uow.get(chat_id)
+        if existing is not None:
+            if isinstance(existing, Chat) and cmd.idempotency_key in existing.state.idempotency:
+                return _repeat_result(app, existing, cmd.idempotency_key)  # type: ignore[index]
+            raise LedgerError("chat_already_exists", f"chat {chat_id} already exists")
+        parent = _load_chat(uow, cmd.parent_chat_id) if cmd.parent_chat_id else None
+        if parent is not None and parent.state.root_chat_id != parent.id:
+            root = _load_chat(uow, parent.state.root_chat_id)
+            if root.state.archived:
+                raise LedgerError("chat_family_archived", "chat family is archived")
+        events = d.create_chat(
+            _emitter(uow, None, chat_id, cmd), chat_topic=Chat.TOPIC, organization_id=cmd.organization_id,
+            owner_id=cmd.owner_id, parent=parent.state if parent else None, title=cmd.title, message=message,
+            model_config_id=cmd.model_config_id, hook_allowed_tools=cmd.hook_allowed_tools,
+            dynamic_tools=list(cmd.dynamic_tools), initial_status=cmd.initial_status, turn_id=cmd.turn_id,
+        )
+        if parent is not None:
+            uow.record(parent, d.child_created(_emitter(uow, parent, parent.id, cmd), parent.state, chat_id))
+        chat = uow.create(Chat, events)
+        return chat_result(chat.state, events)
+
+    return run(app, work)
+
+
+@handles(SendMessage)
+def send_message(app: Any, cmd: SendMessage) -> dict[str, Any]:
+    message = cmd.user_message()
+    return on_chat(app, cmd, lambda s, em: d.send_message(
+        s, em, message=message, busy_behavior=cmd.busy_behavior, prefix_messages=cmd.prefix_messages,
+        hook_allowed_tools=cmd.hook_allowed_tools, model_config_id=cmd.model_config_id,
+        turn_id=cmd.turn_id, created_by=cmd.created_by))
+
+
+@handles(EditMessage)
+def edit_message(app: Any, cmd: EditMessage) -> dict[str, Any]:
+    message = cmd.user_message()
+    return on_chat(app, cmd, lambda s, em: d.edit_message(
+        s, em, message_id=cmd.message_id, message=message, created_by=cmd.created_by,
+        prefix_messages=cmd.prefix_messages, suffix_messages=cmd.suffix_messages,
+        model_config_id=cmd.model_config_id, turn_id=cmd.turn_id))
+
+
+@handles(DeleteQueuedMessage)
+def delete_queued_message(app: Any, cmd: DeleteQueuedMessage) -> dict[str, Any]:
+    return on_chat(app, cmd, lambda s, em: d.delete_queued_message(s, em, queued_message_id=cmd.queued_message_id))
+
+
+@handles(PromoteQueuedMessage)
+def promote_queued_message(app: Any, cmd: PromoteQueuedMessage) -> dict[str, Any]:
+    return on_chat(app, cmd, lambda s, em: d.promote_queued_message(s, em, queued_message_id=cmd.queued_message_id))
+
+
+@handles(Interrupt)
+def interrupt(app: Any, cmd: Interrupt) -> dict[str, Any]:
+    return on_chat(app, cmd, lambda s, em: d.interrupt(s, em, reason=cmd.reason))
+
+
+@handles(CompleteRequiresAction)
+def complete_requires_action(app: Any, cmd: CompleteRequiresAction) -> dict[str, Any]:
+    results = [d.ToolResult(r.tool_call_id, r.output, r.is_error) for r in cmd.results]
+    return on_chat(app, cmd, lambda s, em: d.complete_requires_action(s, em, results=results, created_by=cmd.created_by))
+
+
+@handles(CancelRequiresAction)
+def cancel_requires_action(app: Any, cmd: CancelRequiresAction) -> dict[str, Any]:
+    return on_chat(app, cmd, lambda s, em: d.cancel_requires_action(s, em, reason=cmd.reason))
+
+
+_SIMPLE: dict[type, Callable[[ChatState, Emitter], list[Any]]] = {
+    RequestCompaction: d.request_compaction,
+    ClearContext: d.clear_context,
+    EnterRequiresAction: d.enter_requires_action,
+    FinishTurn: d.finish_turn,
+    Abandon: d.abandon,
+    RecordGenerationAttempt: d.record_generation_attempt,
+}
+
+
+@handles(*_SIMPLE)
+def simple(app: Any, cmd: Any) -> dict[str, Any]:
+    return on_chat(app, cmd, _SIMPLE[type(cmd)])
+
+
+@handles(CommitStep)
+def commit_step(app: Any, cmd: CommitStep) -> dict[str, Any]:
+    return on_chat(app, cmd, lambda s, em: d.commit_step(
+        s, em, messages=cmd.messages, consume_compaction_request=cmd.consume_compaction_request))
+
+
+@handles(FinishInterruption)
+def finish_interruption(app: Any, cmd: FinishInterruption) -> dict[str, Any]:
+    return on_chat(app, cmd, lambda s, em: d.finish_interruption(s, em, partial_messages=cmd.partial_messages))
+
+
+@handles(FinishError)
+def finish_error(app: Any, cmd: FinishError) -> dict[str, Any]:
+    return on_chat(app, cmd, lambda s, em: d.finish_error(s, em, error=cmd.error))
+
+
+@handles(FailIdle)
+def fail_idle(app: Any, cmd: FailIdle) -> dict[str, Any]:
+    return on_chat(app, cmd, lambda s, em: d.fail_idle(s, em, error=cmd.error))
+
+
+@handles(RecordRetryState)
+def record_retry_state(app: Any, cmd: RecordRetryState) -> dict[str, Any]:
+    return on_chat(app, cmd, lambda s, em: d.record_retry_state(s, em, retry_state=cmd.retry_state))
+
+
+@handles(Acquire)
+def acquire(app: Any, cmd: Acquire) -> dict[str, Any]:
+    return on_chat(app, cmd, lambda s, em: d.acquire(s, em, worker_id=cmd.worker_id, runner_id=cmd.runner_id))
+
+
+@handles(SetTitle)
+def set_title(app: Any, cmd: SetTitle) -> dict[str, Any]:
+    return on_chat(app, cmd, lambda s, em: d.set_title(s, em, title=cmd.title))
+
+
+def _descendants(uow: UnitOfWork, chat: Chat) -> list[Chat]:
+    """Every descendant of ``chat``, parents before children."""
+    out: list[Chat] = []
+    todo = list(chat.state.children)
+    while todo:
+        child = _load_chat(uow, todo.pop(0))
+        out.append(child)
+        todo.extend(child.state.children)
+    return out
+
+
+@handles(SetArchived)
+def set_archived(app: Any, cmd: SetArchived) -> dict[str, Any]:
+    """Root chats only; the whole family changes in one transaction or not at all."""
+
+    def work(uow: UnitOfWork) -> dict[str, Any]:
+        root = _load_chat(uow, cmd.chat_id)
+        if cmd.idempotency_key is not None and cmd.idempotency_key in root.state.idempotency:
+            return _repeat_result(app, root, cmd.idempotency_key)
+        d.check_family_archive(root.state, cmd.archived)
+        events = d.set_archived(root.state, _emitter(uow, root, root.id, cmd), archived=cmd.archived)
+        changed = []
+        for member in _descendants(uow, root):
+            member_events = d.set_archived(member.state, _emitter(uow, member, member.id, cmd),
+                                           archived=cmd.archived, cascaded_from=root.id)
+            if member_events:
+                changed.append(member)
+                uow.record(member, member_events)
+        uow.record(root, events)
+        result = chat_result(root.state, events)
+        result["family_chat_ids"] = [str(m.id) for m in changed]
+        return result
+
+    return run(app, work)
+
+
+@handles(EndChat)
+def end_chat(app: Any, cmd: EndChat) -> dict[str, Any]:
+    """Ends the chat and cascades to every descendant not already archived."""
+
+    def work(uow: UnitOfWork) -> dict[str, Any]:
+        chat = _load_chat(uow, cmd.chat_id)
+        if cmd.idempotency_key is not None and cmd.idempotency_key in chat.state.idempotency:
+            return _repeat_result(app, chat, cmd.idempotency_key)
+        events = d.end_chat(chat.state, _emitter(uow, chat, chat.id, cmd), prefix_messages=cmd.prefix_messages)
+        ended = []
+        for member in _descendants(uow, chat):
+            if member.state.archived:
+                continue
+            uow.record(member, d.end_chat(member.state, _emitter(uow, member, member.id, cmd),
+                                          cascaded_from=chat.id))
+            ended.append(member)
+        uow.record(chat, events)
+        result = chat_result(chat.state, events)
+        result["family_chat_ids"] = [str(m.id) for m in ended]
+        return result
+
+    return run(app, work)

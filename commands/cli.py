@@ -1,0 +1,359 @@
+"""The ``chat-ledger`` command line (CONTRACT §5).
+
+Text output for people by default; ``--json`` prints compact JSON, one object per line. Errors from the
+ledger print ``error: <code>: <message>`` on stderr and exit 1; usage errors exit 2 (click's rule).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from typing import Any, Callable, Iterable
+from uuid import UUID
+
+import click
+import msgspec
+
+from commands.handler import command_from_dict, decode_command, execute
+from commands.queries import chat_ids, load_chat
+from ledger.chat.views import show as show_chat
+from ledger.chat.views import status_row
+from ledger.errors import LedgerError
+from ledger.store import open_app, redact, resolve_url
+
+_json = msgspec.json.Encoder()
+
+
+def emit_json(obj: Any) -> None:
+    click.echo(_json.encode(obj).decode())
+
+
+class Ctx:
+    def __init__(self, db: str | None) -> None:
+        self.url = resolve_url(db)
+        self._app: Any = None
+
+    @property
+    def app(self) -> Any:
+        if self._app is None:
+            self._app = open_app(self.url)
+        return self._app
+
+    def close(self) -> None:
+        if self._app is not None:
+            self._app.close()
+            self._app = None
+
+
+class LedgerGroup(click.Group):
+    """Turns a LedgerError raised anywhere below into a one-line error and exit status 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except LedgerError as e:
+            click.echo(f"error: {e.code}: {e.message}", err=True)
+            ctx.exit(1)
+
+
+@click.group(cls=LedgerGroup)
+@click.option("--db", envvar="CHAT_LEDGER_DB", default=None, metavar="URL",
+              help="sqlite:///FILE (default sqlite:///chat-ledger.db) or postgresql://USER@HOST[:PORT]/DB[?schema=S]")
+@click.version_option(package_name="chat-ledger")
+@click.pass_context
+def main(ctx: click.Context, db: str | None) -> None:
+    """chat-ledger: an event-sourced ledger for AI-agent chats."""
+    state = Ctx(db)
+    ctx.obj = state
+    ctx.call_on_close(state.close)
+
+
+pass_ctx = click.make_pass_decorator(Ctx)
+
+
+@main.command()
+@pass_ctx
+def init(c: Ctx) -> None:
+    """Create the tables (and the PostgreSQL schema) if missing."""
+    c.app  # opening the application creates the tables
+    click.echo(f"ledger ready at {redact(c.url)}")
+
+
+# -- apply ---------------------------------------------------------------------------------------------
+
+def apply_lines(app: Any, lines: Iterable[str], stop_on_error: bool = False,
+                out: Callable[[dict[str, Any]], None] = emit_json) -> tuple[int, int]:
+    """Run JSONL commands in order; one result line each (CONTRACT §4). Returns (ok, refused)."""
+    ok = refused = 0
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        ctype = _type_of(line)
+        try:
+            result = execute(app, decode_command(line))
+        except LedgerError as e:
+            refused += 1
+            out({"line": number, "ok": False, "type": ctype, "error": e.to_dict()})
+            if stop_on_error:
+                break
+            continue
+        ok += 1
+        out({"line": number, "ok": True, "type": ctype, "result": result})
+    return ok, refused
+
+
+def _type_of(line: str) -> Any:
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    t = obj.get("type") if isinstance(obj, dict) else None
+    return t if isinstance(t, str) else None
+
+
+@main.command()
+@click.argument("file", type=click.File("r", encoding="utf-8"))
+@click.option("--stop-on-error", is_flag=True, help="Stop at the first refused line.")
+@pass_ctx
+def apply(c: Ctx, file: Any, stop_on_error: bool) -> None:
+    """Execute a JSONL file of commands (FILE or - for stdin); one JSON result line per command."""
+    _, refused = apply_lines(c.app, file, stop_on_error)
+    sys.exit(1 if refused else 0)
+
+
+# -- human chat commands ----------------------------------------------------------------------------------
+
+def run_command(c: Ctx, command: dict[str, Any], as_json: bool) -> None:
+    command = {k: v for k, v in command.items() if v is not None}
+    result = execute(c.app, command_from_dict(command))
+    if as_json:
+        emit_json(result)
+        return
+    line = f"{result['chat_id']}  {result['execution_state']}  status={result['status']}  v{result['version']}"
+    if result.get("queue_length"):
+        line += f"  queue={result['queue_length']}"
+    if result.get("message_ids"):
+        line += f"  messages={','.join(map(str, result['message_ids']))}"
+    if "queued_message_id" in result:
+        line += f"  queued={result['queued_message_id']}"
+    if "promoted_queued_message_id" in result:
+        line += f"  promoted={result['promoted_queued_message_id']}"
+    click.echo(line)
+
+
+json_flag = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+key_opt = click.option("--idempotency-key", default=None, help="Repeat-safe key for this command.")
+actor_opt = click.option("--actor", default=None, help="Who asks (a UUID); recorded.")
+
+
+@main.group()
+def chat() -> None:
+    """Human forms of the chat commands (apply takes the same commands as JSON)."""
+
+
+def _chat_command(name: str, ctype: str, help: str, *params: Callable[[Any], Any],
+                  build: Callable[..., dict[str, Any]] | None = None) -> None:
+    def callback(c: Ctx, chat_id: str, as_json: bool, idempotency_key: str | None, actor: str | None,
+                 **kw: Any) -> None:
+        fields = build(**kw) if build else kw
+        run_command(c, {"type": ctype, "chat_id": chat_id, "idempotency_key": idempotency_key,
+                        "actor": actor, **fields}, as_json)
+
+    cmd: Any = pass_ctx(callback)
+    for p in reversed(params):
+        cmd = p(cmd)
+    cmd = actor_opt(key_opt(json_flag(click.argument("chat_id")(cmd))))
+    chat.command(name, help=help)(cmd)
+
+
+@chat.command("create")
+@click.option("--org", "organization_id", required=True, help="Organization UUID.")
+@click.option("--owner", "owner_id", required=True, help="Owner user UUID.")
+@click.option("--text", required=True, help="The first user message.")
+@click.option("--chat-id", default=None, help="Mint the chat id yourself.")
+@click.option("--parent", "parent_chat_id", default=None, help="Parent chat (makes a child chat).")
+@click.option("--title", default=None)
+@click.option("--model", "model_config_id", default=None, help="Model config UUID.")
+@click.option("--allow-tool", "hook_allowed_tools", multiple=True, help="Initial hook tool policy (repeat).")
+@click.option("--dynamic-tool", "dynamic_tools", multiple=True, help="Client-executed tool name (repeat).")
+@click.option("--waiting", is_flag=True, help="Create it waiting instead of running.")
+@json_flag
+@key_opt
+@actor_opt
+@pass_ctx
+def chat_create(c: Ctx, as_json: bool, idempotency_key: str | None, actor: str | None,
+                hook_allowed_tools: tuple[str, ...], dynamic_tools: tuple[str, ...], waiting: bool,
+                **kw: Any) -> None:
+    """Create a chat with its first user message."""
+    run_command(c, {"type": "create_chat", "idempotency_key": idempotency_key, "actor": actor,
+                    "hook_allowed_tools": list(hook_allowed_tools) or None,
+                    "dynamic_tools": list(dynamic_tools),
+                    "initial_status": "waiting" if waiting else "running", **kw}, as_json)
+
+
+_text = click.option("--text", required=True, help="The user message.")
+_model = click.option("--model", "model_config_id", default=None, help="Model config UUID.")
+_by = click.option("--by", "created_by", default=None, help="User UUID sending it.")
+_reason = click.option("--reason", default=None)
+
+
+def _send(text: str, interrupt: bool, allow_tool: tuple[str, ...], prefix: tuple[str, ...], **kw: Any) -> dict[str, Any]:
+    return {"text": text, "busy_behavior": "interrupt" if interrupt else "queue",
+            "hook_allowed_tools": list(allow_tool) or None,
+            "prefix_messages": [{"role": "user", "visibility": "model", "parts": [{"type": "text", "text": p}]}
+                                for p in prefix], **kw}
+
+
+_chat_command("send", "send_message", "Send a user message (queued while the chat is busy).", _text, _by, _model,
+              click.option("--interrupt", is_flag=True, help="Interrupt the running turn instead of queueing."),
+              click.option("--allow-tool", multiple=True, help="Hook tool policy for this prompt (repeat)."),
+              click.option("--prefix", multiple=True, help="Hook prefix text (model-only user message; repeat)."),
+              build=_send)
+_chat_command("edit", "edit_message", "Edit a user message: later history is soft-deleted, the queue cleared.",
+              click.option("--message-id", type=int, required=True), _text, _by, _model)
+_chat_command("interrupt", "interrupt", "Interrupt the running turn.", _reason)
+_chat_command("promote", "promote_queued_message", "Promote a queued prompt.",
+              click.option("--queued-id", "queued_message_id", type=int, required=True))
+_chat_command("delete-queued", "delete_queued_message", "Delete a queued prompt.",
+              click.option("--queued-id", "queued_message_id", type=int, required=True))
+_chat_command("compact", "request_compaction", "Request a manual compaction.")
+_chat_command("clear", "clear_context", "Clear the context (boundary messages).")
+_chat_command("finish-turn", "finish_turn", "Finish the running turn (worker).")
+_chat_command("finish-interruption", "finish_interruption", "Finish an interruption (worker).")
+_chat_command("finish-error", "finish_error", "Put a running chat in error (worker).",
+              click.option("--message", "error_message", required=True),
+              build=lambda error_message: {"error": {"message": error_message}})
+_chat_command("fail-idle", "fail_idle", "Put a waiting chat in error.", click.option("--error", required=True))
+_chat_command("enter-requires-action", "enter_requires_action", "Wait for client tool results (worker).")
+_chat_command("cancel-requires-action", "cancel_requires_action", "Cancel pending dynamic tool calls.", _reason)
+_chat_command("record-attempt", "record_generation_attempt", "Record a generation attempt (worker).")
+_chat_command("acquire", "acquire", "Take runner ownership.", click.option("--worker", "worker_id", required=True),
+              click.option("--runner", "runner_id", required=True))
+_chat_command("abandon", "abandon", "Release runner ownership.")
+_chat_command("title", "set_title", "Set the title.", click.option("--title", required=True))
+_chat_command("archive", "set_archived", "Archive a root chat and its family.", build=lambda: {"archived": True})
+_chat_command("unarchive", "set_archived", "Unarchive a root chat and its family.", build=lambda: {"archived": False})
+_chat_command("end", "end_chat", "End the chat (and its descendants).")
+_chat_command("reply", "commit_step", "Commit an assistant text step (worker).",
+              click.option("--text", required=True),
+              build=lambda text: {"messages": [{"role": "assistant", "parts": [{"type": "text", "text": text}]}]})
+_chat_command("submit-results", "complete_requires_action", "Submit client tool results.",
+              click.option("--result", "results", multiple=True, required=True, metavar="TOOL_CALL_ID=JSON"),
+              build=lambda results: {"results": [
+                  {"tool_call_id": r.split("=", 1)[0], "output": r.split("=", 1)[1] if "=" in r else ""}
+                  for r in results]})
+
+
+# -- reading -------------------------------------------------------------------------------------------
+
+STATUS_COLUMNS = ("chat_id", "execution_state", "status", "queue_length", "message_count", "version", "title")
+
+
+def print_table(rows: list[dict[str, Any]], columns: Iterable[str]) -> None:
+    columns = list(columns)
+    if not rows:
+        click.echo("(none)")
+        return
+    cells = [[_cell(r.get(col)) for col in columns] for r in rows]
+    widths = [max(len(col), *(len(row[i]) for row in cells)) for i, col in enumerate(columns)]
+    click.echo("  ".join(col.ljust(w) for col, w in zip(columns, widths)).rstrip())
+    for row in cells:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, (list, dict)):
+        return json.dumps(v)
+    text = str(v)
+    return text if len(text) <= 48 else text[:47] + "…"
+
+
+def parse_uuid(value: str, what: str = "chat id") -> UUID:
+    try:
+        return UUID(value)
+    except ValueError:
+        raise LedgerError("invalid_command", f"invalid {what}: {value!r}") from None
+
+
+@main.command()
+@click.argument("chat_id", required=False)
+@click.option("--org", default=None, help="Only this organization's chats.")
+@click.option("--status", "status_filter", default=None,
+              type=click.Choice(["waiting", "running", "interrupting", "requires_action", "error"]))
+@json_flag
+@pass_ctx
+def status(c: Ctx, chat_id: str | None, org: str | None, status_filter: str | None, as_json: bool) -> None:
+    """Chat status: one chat, or every chat (filters --org, --status)."""
+    if chat_id:
+        rows = [status_row(load_chat(c.app, parse_uuid(chat_id)).state)]
+    else:
+        rows = [status_row(load_chat(c.app, cid).state) for cid in chat_ids(c.app)]
+    if org:
+        rows = [r for r in rows if r["organization_id"] == str(parse_uuid(org, "organization id"))]
+    if status_filter:
+        rows = [r for r in rows if r["status"] == status_filter]
+    if as_json:
+        for r in rows:
+            emit_json(r)
+    else:
+        print_table(rows, STATUS_COLUMNS)
+
+
+@main.command()
+@click.argument("chat_id")
+@click.option("--at", "at_version", type=int, default=None, help="The chat as it was at this stream version.")
+@json_flag
+@pass_ctx
+def show(c: Ctx, chat_id: str, at_version: int | None, as_json: bool) -> None:
+    """Full state of one chat: messages (deleted ones included), queue, policy, unresolved tool calls."""
+    cid = parse_uuid(chat_id)
+    chat_agg = load_chat(c.app, cid, version=at_version)
+    data = show_chat(chat_agg.state, c.app.stream(cid, lte=chat_agg.version))
+    if as_json:
+        emit_json(data)
+        return
+    ch = data["chat"]
+    click.echo(f"chat {ch['chat_id']}  {ch['title']!r}")
+    click.echo(f"  state {ch['execution_state']} (status {ch['status']}, archived {ch['archived']})  "
+               f"version {ch['version']}  turn {ch['turn_id']}")
+    click.echo(f"  organization {ch['organization_id']}  owner {ch['owner_id']}  model {ch['model_config_id']}")
+    click.echo(f"  tool policy {ch['hook_allowed_tools']}  last error {ch['last_error']}")
+    click.echo("messages:")
+    for m in data["messages"]:
+        flags = "".join(f for f, on in (("D", m["deleted"]), ("C", m["compressed"])) if on)
+        click.echo(f"  {m['message_id']:>4} {m['role']:<9} {m['visibility']:<5} {flags:<2} {_summary(m['parts'])}")
+    click.echo("queue:")
+    for q in data["queue"]:
+        click.echo(f"  {q['position']:>4} #{q['queued_message_id']} {q['text']!r} policy={q['hook_allowed_tools']}")
+    if data["unresolved"]:
+        click.echo("unresolved tool calls:")
+        for u in data["unresolved"]:
+            click.echo(f"  {u['tool_call_id']} {u['tool_name']} ({u['kind']})")
+
+
+def _summary(parts: list[dict[str, Any]]) -> str:
+    out = []
+    for p in parts:
+        t = p.get("type")
+        if t in ("text", "reasoning"):
+            out.append(p["text"] if t == "text" else f"[reasoning] {p['text']}")
+        elif t == "tool-call":
+            out.append(f"[call {p['tool_name']} {p['tool_call_id']}]")
+        elif t == "tool-result":
+            out.append(f"[{'error' if p.get('is_error') else 'result'} {p['tool_name']} {p['tool_call_id']}: "
+                       f"{json.dumps(p.get('result'))}]")
+        else:
+            out.append(f"[{t}]")
+    text = " ".join(out).replace("\n", " ")
+    return text if len(text) <= 100 else text[:99] + "…"
+
+
+# demo and the other command groups register themselves on import
+from commands import demo as _demo  # noqa: E402,F401
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

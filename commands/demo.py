@@ -1,0 +1,71 @@
+"""``chat-ledger demo``: record the example scenarios as fresh chats and show what the ledger holds."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import click
+
+from commands.cli import Ctx, apply_lines, main, pass_ctx, print_table, STATUS_COLUMNS
+from ledger.chat.views import status_row
+from ledger.store import redact
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "examples" / "scenarios"
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def scenario_files(folder: Path = SCENARIOS) -> list[Path]:
+    return sorted(folder.glob("*.jsonl"))
+
+
+def fresh_ids(lines: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Give the scenario's chats new ids, so the demo records new chats on every run."""
+    chat_ids = {json.loads(l)["chat_id"] for l in lines if l.strip() and '"create_chat"' in l
+                and "chat_id" in json.loads(l)}
+    mapping = {old: str(uuid.uuid4()) for old in chat_ids}
+    return [_UUID.sub(lambda m: mapping.get(m.group(0), m.group(0)), l) for l in lines], mapping
+
+
+def _expected_refusals(path: Path) -> dict[str, str] | None:
+    expected = path.with_name(path.stem + ".expected.json")
+    if not expected.exists():
+        return None
+    return json.loads(expected.read_text(encoding="utf-8")).get("refused", {})
+
+
+@main.command()
+@click.option("--scenarios", "folder", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              default=None, help="Folder of *.jsonl scenarios (default: examples/scenarios).")
+@pass_ctx
+def demo(c: Ctx, folder: Path | None) -> None:
+    """Record a realistic set of chats from examples/ and show what the ledger holds."""
+    folder = folder or SCENARIOS
+    files = scenario_files(folder)
+    if not files:
+        raise click.ClickException(f"no scenarios found in {folder} (run from a checkout of chat-ledger)")
+    app = c.app
+    click.echo(f"Recording {len(files)} scenarios into {redact(c.url)}\n")
+    recorded: list[str] = []
+    for path in files:
+        lines, mapping = fresh_ids(path.read_text(encoding="utf-8").splitlines())
+        refusals: list[dict[str, Any]] = []
+        ok, refused = apply_lines(app, lines, out=lambda r: refusals.append(r) if not r["ok"] else None)
+        expected = _expected_refusals(path)
+        got = {str(r["line"]): r["error"]["code"] for r in refusals}
+        verdict = "as the scenario expects" if expected is None or got == expected else "UNEXPECTED"
+        click.echo(f"  {path.stem:<22} {ok:>3} commands applied, {refused} refused {verdict}")
+        for r in refusals:
+            click.echo(f"      line {r['line']:>2} {r['type']}: {r['error']['code']} — {r['error']['message']}")
+        recorded.extend(mapping.values())
+    chats = (app.load(uuid.UUID(cid)) for cid in recorded)
+    rows = sorted((status_row(ch.state) for ch in chats if ch is not None), key=lambda r: r["title"])
+    click.echo("\nChats recorded by this run:")
+    print_table(rows, STATUS_COLUMNS)
+    head = app.head()
+    click.echo(f"\nThe ledger now holds {head} events. Try:\n"
+               f"  chat-ledger status\n  chat-ledger show {rows[0]['chat_id']}\n"
+               f"  chat-ledger show {rows[0]['chat_id']} --at 2 --json")

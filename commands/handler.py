@@ -1,0 +1,57 @@
+"""One handler for every command: decode a JSON command, run it, return a result or a LedgerError.
+
+The command union is assembled from the feature modules' ``@handles`` registrations.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Union
+
+import msgspec
+
+import commands.chat  # noqa: F401  (registers chat commands)
+from commands.base import HANDLERS, Command, command_type
+from ledger.errors import LedgerError, invalid_command
+
+try:  # the conversation feature registers its own commands when present
+    import commands.conversation  # noqa: F401
+except ImportError:  # pragma: no cover
+    pass
+
+
+@functools.cache
+def _decoder() -> msgspec.json.Decoder:
+    return msgspec.json.Decoder(Union[tuple(HANDLERS)])  # type: ignore[arg-type]
+
+
+def command_types() -> list[str]:
+    return sorted(command_type(c) for c in HANDLERS)
+
+
+def decode_command(data: bytes | str) -> Command:
+    """Parse one JSON command; anything malformed is ``invalid_command`` naming what is wrong."""
+    try:
+        return _decoder().decode(data)
+    except msgspec.ValidationError as e:
+        raise invalid_command(f"invalid command: {e}") from None
+    except msgspec.DecodeError as e:
+        raise invalid_command(f"malformed JSON: {e}") from None
+
+
+def command_from_dict(obj: dict[str, Any]) -> Command:
+    return decode_command(msgspec.json.encode(obj))
+
+
+def execute(app: Any, command: Command) -> dict[str, Any]:
+    handler = HANDLERS.get(type(command))
+    if handler is None:  # pragma: no cover - the union only admits registered types
+        raise invalid_command(f"unknown command type {type(command).__name__}")
+    return handler(app, command)
+
+
+def execute_json(app: Any, data: bytes | str) -> dict[str, Any]:
+    return execute(app, decode_command(data))
+
+
+__all__ = ["LedgerError", "command_types", "decode_command", "command_from_dict", "execute", "execute_json"]

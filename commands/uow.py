@@ -1,0 +1,77 @@
+"""The service layer's unit of work: load aggregates, record decided events, save atomically, retry.
+
+A command runs as ``run(app, work)`` where ``work(uow)`` loads what it needs through ``uow.get``,
+records events through ``uow.record``/``uow.create`` and returns its result. Everything recorded in one
+attempt is saved in one transaction. On an optimistic-concurrency conflict (another writer saved the same
+stream version first) the whole attempt is thrown away and ``work`` runs again on fresh state, up to
+``MAX_ATTEMPTS`` times; then the command is refused with ``conflict``. A ``LedgerError`` raised by ``work``
+records nothing.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable, TypeVar
+from uuid import UUID
+
+from eventsourcing.persistence import IntegrityError
+
+from ledger.base import DeciderAggregate, LedgerEvent
+from ledger.errors import LedgerError
+
+MAX_ATTEMPTS = 12
+R = TypeVar("R")
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class UnitOfWork:
+    def __init__(self, app: Any, now: datetime | None = None) -> None:
+        self.app = app
+        self.now = now or utcnow()
+        self._loaded: dict[UUID, DeciderAggregate | None] = {}
+        self._dirty: dict[UUID, DeciderAggregate] = {}
+        self.attempt = 0
+
+    def get(self, aggregate_id: UUID) -> Any:
+        """The aggregate as of now (loaded once per attempt), or None."""
+        if aggregate_id not in self._loaded:
+            self._loaded[aggregate_id] = self.app.load(aggregate_id)
+        return self._loaded[aggregate_id]
+
+    def record(self, aggregate: DeciderAggregate, events: list[LedgerEvent]) -> None:
+        if events:
+            aggregate.record(events)
+            self._dirty[aggregate.id] = aggregate
+
+    def create(self, aggregate_class: type[DeciderAggregate], events: list[LedgerEvent]) -> Any:
+        aggregate = aggregate_class.start(events)
+        self._loaded[aggregate.id] = aggregate
+        self._dirty[aggregate.id] = aggregate
+        return aggregate
+
+    def commit(self) -> int | None:
+        """Save everything recorded in one transaction; the last notification id, if any."""
+        if not self._dirty:
+            return None
+        recordings = self.app.save(*self._dirty.values())
+        return recordings[-1].notification.id if recordings else None
+
+
+def run(app: Any, work: Callable[[UnitOfWork], R], max_attempts: int = MAX_ATTEMPTS) -> R:
+    for attempt in range(max_attempts):
+        uow = UnitOfWork(app)
+        uow.attempt = attempt
+        result = work(uow)
+        try:
+            uow.commit()
+        except IntegrityError:
+            # Someone else wrote one of these streams first: re-load, re-decide.
+            time.sleep(random.uniform(0, 0.002 * (2 ** min(attempt, 6))))
+            continue
+        return result
+    raise LedgerError("conflict", f"concurrent writers: gave up after {max_attempts} attempts")

@@ -1,0 +1,610 @@
+"""decide: (state, command input) -> events, or a LedgerError and nothing recorded.
+
+One function per transition of chatd's state machine (spec/chatd-reference.md §3). Each checks the
+transition matrix first, then the transition's own preconditions, then builds its events with an
+``Emitter`` (consecutive versions, the command's timestamp). Ids are decided here, deterministically:
+message ids continue the chat's sequence, default turn ids are uuid5 of the chat and the message (or
+queued prompt) that starts the turn, so replay never needs a clock or a random source.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID, uuid5
+
+from ledger.base import Emitter
+from ledger.chat import events as ev
+from ledger.chat.state import (
+    MAX_QUEUE_SIZE,
+    ChatState,
+    MessageInfo,
+    ToolCall,
+    has_clearable_history,
+    has_compactable_history,
+    message_info,
+    outstanding_tool_calls,
+)
+from ledger.chat.values import (
+    ChatError,
+    Message,
+    MessageInput,
+    Part,
+    QueuedPrompt,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
+from ledger.errors import LedgerError, invalid_command, transition_not_allowed
+
+# -- reference §2.1: cancellation reasons (exact texts) -----------------------------------------------
+NEW_USER_MESSAGE = "Tool execution interrupted by new user message"
+QUEUED_PROMOTION = "Tool execution interrupted by queued message promotion"
+USER_MESSAGE = "Tool execution interrupted by user message"
+MESSAGE_EDIT = "Tool execution interrupted by message edit"
+INTERRUPTED_BY_USER = "Tool execution interrupted by user"
+TIMED_OUT = "Tool execution timed out"
+CHAT_ENDED = "Tool execution interrupted because the chat was ended"
+
+REQUIRES_ACTION_TIMEOUT = timedelta(minutes=5)
+TITLE_MAX = 200
+TURN_NAMESPACE = UUID("6f0b7c8e-2d4b-5c1e-9a57-3f1c2b0d9e41")
+
+_LIVE = ("W", "E0", "E1", "R0", "R1", "I0", "I1", "A0", "A1")
+
+#: transition -> {from execution state: allowed resulting states} (reference §3, CONTRACT §2)
+MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
+    "SetArchived": {"W": ("XW",), "E0": ("XE0",), "E1": ("XE1",),
+                    "XW": ("W",), "XE0": ("E0",), "XE1": ("E1",)},
+    "SendMessage": {"W": ("R0",), "E0": ("R0",), "E1": ("R1",), "R0": ("R1",), "R1": ("R1",),
+                    "I0": ("I1",), "I1": ("I1",), "A0": ("A1",), "A1": ("A1",)},
+    "SendMessageInterrupt": {"W": ("R0",), "E0": ("R0",), "E1": ("R1",), "R0": ("I1",), "R1": ("I1",),
+                             "I0": ("I1",), "I1": ("I1",), "A0": ("R1",), "A1": ("R1",)},
+    "EditMessage": {s: ("R0",) for s in _LIVE},
+    "RequestCompaction": {"W": ("R0",), "E0": ("R0",), "E1": ("R1",)},
+    "ClearContext": {"W": ("W",), "E0": ("W",)},
+    "DeleteQueuedMessage": {"E1": ("E0", "E1"), "R1": ("R0", "R1"), "I1": ("I0", "I1"), "A1": ("A0", "A1")},
+    "PromoteQueuedMessage": {"E1": ("R0", "R1"), "R1": ("I1",), "I1": ("I1",), "A1": ("R0", "R1")},
+    "Interrupt": {"R0": ("I0",), "R1": ("I1",), "A0": ("R0",), "A1": ("R1",)},
+    "CompleteRequiresAction": {"A0": ("R0",), "A1": ("R1",)},
+    "CancelRequiresAction": {"A0": ("R0",), "A1": ("R1",)},
+    "RecordGenerationAttempt": {"R0": ("R0",), "R1": ("R1",)},
+    "RecordRetryState": {"R0": ("R0",), "R1": ("R1",)},
+    "CommitStep": {"R0": ("R0",), "R1": ("R1",)},
+    "EnterRequiresAction": {"R0": ("A0",), "R1": ("A1",)},
+    "FinishTurn": {"R0": ("W",), "R1": ("R0", "R1")},
+    "FinishInterruption": {"I0": ("W",), "I1": ("R0", "R1")},
+    "FinishError": {"W": ("E0",), "R0": ("E0",), "R1": ("E1",)},
+    "FailIdle": {"W": ("E0",)},
+    "EndChat": {s: ("XW",) for s in _LIVE},
+}
+#: Transition names as they appear in error messages.
+TRANSITION_NAME = {"SendMessageInterrupt": "SendMessage"}
+
+
+def require(state: ChatState, transition: str) -> str:
+    """The chat's execution state, if ``transition`` is allowed from it; else the matrix error."""
+    st = state.execution_state
+    if st == "Invalid":
+        raise LedgerError("invalid_state", "chat is in an invalid execution state")
+    if st not in MATRIX[transition]:
+        raise transition_not_allowed(TRANSITION_NAME.get(transition, transition), st)
+    return st
+
+
+def turn_id_for(chat_id: UUID, kind: str, number: int) -> UUID:
+    return uuid5(TURN_NAMESPACE, f"{chat_id}/{kind}/{number}")
+
+
+def fallback_title(parts: list[Part]) -> str:
+    text = " ".join("".join(p.text for p in parts if isinstance(p, TextPart)).split())
+    if not text:
+        return "New chat"
+    return text if len(text) <= 80 else text[:79].rstrip() + "…"
+
+
+def normalize_title(title: str) -> str:
+    title = title.strip()
+    if not title:
+        raise invalid_command("Title cannot be empty.")
+    if len(title) > TITLE_MAX:
+        raise invalid_command(f"Title must be at most {TITLE_MAX} characters.")
+    return title
+
+
+def narrow_tool_policy(current: list[str] | None, incoming: list[str] | None) -> list[str] | None:
+    """Hook tool policy narrowing (TR-H NarrowHookAllowedTools): None incoming keeps the current policy;
+    no current policy adopts the incoming one; otherwise the intersection in the incoming order. Never widens."""
+    if incoming is None:
+        return current
+    deduped = list(dict.fromkeys(incoming))
+    if current is None:
+        return deduped
+    allowed = set(current)
+    return [t for t in deduped if t in allowed]
+
+
+class Draft:
+    """The messages a command inserts, in order, with ids continuing the chat's sequence, and the
+    message index as it will be after them (for rules that look at the batch itself)."""
+
+    def __init__(self, state: ChatState, em: Emitter) -> None:
+        self.state = state
+        self.em = em
+        self.next_id = state.next_message_id
+        self.added: list[MessageInfo] = []
+        self.policy = state.hook_allowed_tools
+        self.queue = list(state.queue)
+
+    def message(self, m: MessageInput, *, role: str | None = None, turn_id: UUID | None = None,
+                created_by: UUID | None = None, model_config_id: UUID | None = None,
+                queued_message_id: int | None = None, visibility: str | None = None) -> Message:
+        msg = Message(
+            message_id=self.next_id, role=role or m.role, parts=m.parts,  # type: ignore[arg-type]
+            visibility=visibility or m.visibility,  # type: ignore[arg-type]
+            turn_id=turn_id, created_by=created_by or m.created_by,
+            model_config_id=model_config_id or m.model_config_id, usage=m.usage,
+            context_limit=m.context_limit, compressed=m.compressed, queued_message_id=queued_message_id,
+        )
+        self.next_id += 1
+        self.added.append(message_info(msg, self.em.timestamp))
+        return msg
+
+    def messages(self, inputs: list[MessageInput], **kw: Any) -> list[Message]:
+        return [self.message(m, **kw) for m in inputs]
+
+    def index(self) -> list[MessageInfo]:
+        return self.state.messages + self.added if self.added else self.state.messages
+
+    def outstanding(self, dynamic_only: bool = False) -> list[ToolCall]:
+        return outstanding_tool_calls(self.state, dynamic_only, messages=self.index())
+
+    def cancel(self, reason: str, dynamic_only: bool = False) -> None:
+        """Synthetic error results for the latest assistant message's outstanding calls (reference §2)."""
+        calls = self.outstanding(dynamic_only)
+        if not calls:
+            return
+        msgs = [
+            self.message(
+                MessageInput(role="tool", parts=[ToolResultPart(
+                    tool_call_id=c.tool_call_id, tool_name=c.tool_name, result=reason, is_error=True)]),
+                turn_id=self.state.turn_id, model_config_id=self.state.model_config_id,
+            )
+            for c in calls
+        ]
+        self.em.emit(ev.ToolCallsCanceled, reason=reason, dynamic_only=dynamic_only, messages=msgs)
+
+    def queue_prompt(self, message: MessageInput, *, created_by: UUID | None, turn_id: UUID | None,
+                     prefix: list[MessageInput], hook_allowed_tools: list[str] | None,
+                     model_config_id: UUID | None) -> QueuedPrompt:
+        if len(self.queue) >= MAX_QUEUE_SIZE:
+            raise LedgerError("queue_full", f"chat message queue is full (max {MAX_QUEUE_SIZE})")
+        qid = self.state.next_queued_message_id
+        prompt = QueuedPrompt(
+            queued_message_id=qid, position=qid, parts=message.parts,
+            created_by=created_by or message.created_by or self.state.owner_id,
+            turn_id=turn_id or turn_id_for(self.state.chat_id, "queued", qid),
+            hook_prefix=prefix, hook_allowed_tools=hook_allowed_tools,
+            model_config_id=model_config_id or message.model_config_id,
+            created_at=self.em.timestamp,
+        )
+        self.em.emit(ev.PromptQueued, prompt=prompt)
+        self.queue.append(prompt)
+        return prompt
+
+    def promote_head(self) -> None:
+        """Promote the queue head: its hook prefix (stamped with its turn id) then the prompt; its tool
+        policy applied; its row deleted (reference §4)."""
+        head = self.queue.pop(0)
+        prefix = self.messages(head.hook_prefix, turn_id=head.turn_id)
+        prompt = self.message(
+            MessageInput(role="user", parts=head.parts), role="user", visibility="both",
+            turn_id=head.turn_id, created_by=head.created_by,
+            model_config_id=head.model_config_id or self.state.model_config_id,
+            queued_message_id=head.queued_message_id,
+        )
+        before = self.policy
+        self.policy = narrow_tool_policy(before, head.hook_allowed_tools)
+        self.em.emit(
+            ev.QueuedPromptPromoted, queued_message_id=head.queued_message_id, turn_id=head.turn_id,
+            prompt_message_id=prompt.message_id, messages=prefix + [prompt],
+            hook_allowed_tools=head.hook_allowed_tools, tool_policy_before=before, tool_policy=self.policy,
+            model_config_id=head.model_config_id,
+        )
+
+    def finish_interruption(self, partial: list[MessageInput], *, unowned: bool = False) -> None:
+        msgs = self.messages(partial, turn_id=self.state.turn_id)
+        if self.outstanding():
+            raise transition_not_allowed("FinishInterruption", self.state.execution_state,
+                                         "outstanding tool calls remain after partial commit")
+        self.em.emit(ev.InterruptionFinished, messages=msgs, unowned=unowned)
+        if self.queue:
+            self.promote_head()
+
+
+# -- create ------------------------------------------------------------------------------------------
+
+def create_chat(em: Emitter, *, chat_topic: str, organization_id: UUID, owner_id: UUID,
+                parent: ChatState | None, title: str | None, message: MessageInput,
+                model_config_id: UUID | None, hook_allowed_tools: list[str] | None,
+                dynamic_tools: list[str], initial_status: str, turn_id: UUID | None) -> list[Any]:
+    if message.role != "user":
+        raise transition_not_allowed("CreateChat", "N", "initial messages must include at least one message")
+    if initial_status not in ("running", "waiting"):
+        raise transition_not_allowed("CreateChat", "N", "initial status must be waiting or running")
+    if len(dynamic_tools) > 250 or any(not n for n in dynamic_tools) or len(set(dynamic_tools)) != len(dynamic_tools):
+        raise invalid_command("dynamic_tools must be at most 250 unique, non-empty names")
+    root_chat_id = em.originator_id
+    if parent is not None:
+        if parent.archived:
+            raise LedgerError("chat_family_archived", "chat family is archived")
+        if parent.organization_id != organization_id:
+            raise invalid_command("a child chat must belong to its parent's organization")
+        root_chat_id = parent.root_chat_id
+    turn = turn_id or turn_id_for(em.originator_id, "message", 1)
+    first = Message(message_id=1, role="user", parts=message.parts, visibility=message.visibility,
+                    turn_id=turn, created_by=message.created_by or owner_id,
+                    model_config_id=model_config_id or message.model_config_id, usage=message.usage,
+                    context_limit=message.context_limit)
+    em.emit(
+        ev.ChatCreated, originator_topic=chat_topic, organization_id=organization_id, owner_id=owner_id,
+        parent_chat_id=parent.chat_id if parent else None, root_chat_id=root_chat_id,
+        title=normalize_title(title) if title is not None else fallback_title(message.parts),
+        status=initial_status, turn_id=turn, messages=[first],
+        model_config_id=model_config_id or message.model_config_id,
+        hook_allowed_tools=None if hook_allowed_tools is None else list(dict.fromkeys(hook_allowed_tools)),
+        dynamic_tools=dynamic_tools,
+    )
+    return em.events
+
+
+def child_created(em: Emitter, parent: ChatState, child_chat_id: UUID) -> list[Any]:
+    if parent.archived:
+        raise LedgerError("chat_family_archived", "chat family is archived")
+    em.emit(ev.ChildChatCreated, child_chat_id=child_chat_id)
+    return em.events
+
+
+# -- send, edit, queue --------------------------------------------------------------------------------
+
+def send_message(state: ChatState, em: Emitter, *, message: MessageInput, busy_behavior: str = "queue",
+                 prefix_messages: list[MessageInput] = (), hook_allowed_tools: list[str] | None = None,  # type: ignore[assignment]
+                 model_config_id: UUID | None = None, turn_id: UUID | None = None,
+                 created_by: UUID | None = None) -> list[Any]:
+    if message.role != "user":
+        raise invalid_command("SendMessage requires a user message")
+    if busy_behavior not in ("queue", "interrupt"):
+        raise invalid_command("invalid BusyBehavior")
+    interrupt = busy_behavior == "interrupt"
+    st = require(state, "SendMessageInterrupt" if interrupt else "SendMessage")
+    d = Draft(state, em)
+    prefix = list(prefix_messages)
+    if st in ("W", "E0"):
+        d.cancel(NEW_USER_MESSAGE)
+        turn = turn_id or turn_id_for(state.chat_id, "message", d.next_id + len(prefix))
+        pre = d.messages(prefix, turn_id=turn)
+        prompt = d.message(message, turn_id=turn, created_by=created_by or message.created_by or state.owner_id,
+                           model_config_id=model_config_id or message.model_config_id or state.model_config_id)
+        em.emit(ev.TurnStarted, cause="send", turn_id=turn, prompt_message_id=prompt.message_id,
+                messages=pre + [prompt], hook_allowed_tools=hook_allowed_tools,
+                tool_policy_before=state.hook_allowed_tools,
+                tool_policy=narrow_tool_policy(state.hook_allowed_tools, hook_allowed_tools),
+                model_config_id=model_config_id or message.model_config_id)
+        return em.events
+    if st.startswith("A") and interrupt:
+        d.cancel(USER_MESSAGE, dynamic_only=True)
+    d.queue_prompt(message, created_by=created_by, turn_id=turn_id, prefix=prefix,
+                   hook_allowed_tools=hook_allowed_tools, model_config_id=model_config_id)
+    if st == "E1":
+        d.cancel(QUEUED_PROMOTION)
+        d.promote_head()
+    elif interrupt and st.startswith("A"):
+        em.emit(ev.InterruptRequested, reason=USER_MESSAGE)
+    elif interrupt and st[0] in "RI":
+        if st[0] == "R":
+            em.emit(ev.InterruptRequested, reason=NEW_USER_MESSAGE)
+        if not state.owned:
+            # TR-B: nobody will finish an unowned interruption, so it finishes now.
+            d.cancel(NEW_USER_MESSAGE)
+            d.finish_interruption([], unowned=True)
+    return em.events
+
+
+def edit_message(state: ChatState, em: Emitter, *, message_id: int, message: MessageInput,
+                 created_by: UUID | None, prefix_messages: list[MessageInput] = (),  # type: ignore[assignment]
+                 suffix_messages: list[MessageInput] = (),  # type: ignore[assignment]
+                 model_config_id: UUID | None = None, turn_id: UUID | None = None) -> list[Any]:
+    require(state, "EditMessage")
+    idx = message_id - 1
+    if not (0 <= idx < len(state.messages)) or state.messages[idx].deleted:
+        raise LedgerError("message_not_found", "chat message not found")
+    target = state.messages[idx]
+    if target.role != "user":
+        raise LedgerError("edited_message_not_user", "only user messages can be edited")
+    deleted = [m.message_id for m in state.messages[idx:] if not m.deleted]
+    em.emit(ev.MessageEdited, edited_message_id=message_id, deleted_message_ids=deleted,
+            deleted_queued_message_ids=[q.queued_message_id for q in state.queue])
+    d = Draft(state, em)
+    d.queue = []
+    # The cancellation rule sees the history as it is after the soft-delete.
+    remaining = state.messages[:idx]
+    calls = outstanding_tool_calls(state, messages=remaining)
+    if calls:
+        d.added = []
+        msgs = [
+            d.message(MessageInput(role="tool", parts=[ToolResultPart(
+                tool_call_id=c.tool_call_id, tool_name=c.tool_name, result=MESSAGE_EDIT, is_error=True)]),
+                turn_id=state.turn_id, model_config_id=state.model_config_id)
+            for c in calls
+        ]
+        em.emit(ev.ToolCallsCanceled, reason=MESSAGE_EDIT, dynamic_only=False, messages=msgs)
+    prefix = list(prefix_messages)
+    turn = turn_id or turn_id_for(state.chat_id, "message", d.next_id + len(prefix))
+    pre = d.messages(prefix, turn_id=turn)
+    replacement = d.message(message, role="user", visibility=target.visibility, turn_id=turn,
+                            created_by=created_by or message.created_by or state.owner_id,
+                            model_config_id=model_config_id or target.model_config_id)
+    suffix = d.messages(list(suffix_messages), turn_id=turn)
+    em.emit(ev.TurnStarted, cause="edit", turn_id=turn, prompt_message_id=replacement.message_id,
+            messages=pre + [replacement] + suffix, hook_allowed_tools=None,
+            tool_policy_before=state.hook_allowed_tools, tool_policy=state.hook_allowed_tools,
+            model_config_id=model_config_id)
+    return em.events
+
+
+def _find_queued(state: ChatState, queued_message_id: int) -> QueuedPrompt:
+    for q in state.queue:
+        if q.queued_message_id == queued_message_id:
+            return q
+    raise LedgerError("queued_message_not_found", "queued message not found")
+
+
+def delete_queued_message(state: ChatState, em: Emitter, *, queued_message_id: int) -> list[Any]:
+    require(state, "DeleteQueuedMessage")
+    _find_queued(state, queued_message_id)
+    em.emit(ev.QueuedPromptDeleted, queued_message_id=queued_message_id)
+    return em.events
+
+
+def promote_queued_message(state: ChatState, em: Emitter, *, queued_message_id: int) -> list[Any]:
+    st = require(state, "PromoteQueuedMessage")
+    target = _find_queued(state, queued_message_id)
+    d = Draft(state, em)
+    lowest = min(q.position for q in state.queue)
+    if target.position > lowest:
+        em.emit(ev.QueuedPromptMovedToHead, queued_message_id=queued_message_id, position=lowest - 1)
+    d.queue = [target] + [q for q in state.queue if q.queued_message_id != queued_message_id]
+    if st in ("R1", "I1"):
+        # The interruption boundary promotes the (new) head.
+        em.emit(ev.InterruptRequested, reason=QUEUED_PROMOTION)
+    else:
+        d.cancel(QUEUED_PROMOTION)
+        d.promote_head()
+    return em.events
+
+
+# -- interrupt, requires-action -------------------------------------------------------------------------
+
+def interrupt(state: ChatState, em: Emitter, *, reason: str | None = None) -> list[Any]:
+    reason = reason or INTERRUPTED_BY_USER
+    st = state.execution_state
+    if st in ("I0", "I1") and not state.owned:
+        # TR-B: an unowned interruption is finished by whoever asks again.
+        d = Draft(state, em)
+        d.cancel(reason)
+        d.finish_interruption([], unowned=True)
+        return em.events
+    st = require(state, "Interrupt")
+    d = Draft(state, em)
+    if st[0] == "A":
+        d.cancel(reason, dynamic_only=True)
+        em.emit(ev.InterruptRequested, reason=reason)
+        return em.events
+    em.emit(ev.InterruptRequested, reason=reason)
+    if not state.owned:
+        d.cancel(reason)
+        d.finish_interruption([], unowned=True)
+    return em.events
+
+
+class ToolResult:
+    __slots__ = ("tool_call_id", "output", "is_error")
+
+    def __init__(self, tool_call_id: str, output: str, is_error: bool = False) -> None:
+        self.tool_call_id, self.output, self.is_error = tool_call_id, output, is_error
+
+
+def complete_requires_action(state: ChatState, em: Emitter, *, results: list[ToolResult],
+                             created_by: UUID | None = None) -> list[Any]:
+    """Validation in the reference order; the first error wins (TRES)."""
+    require(state, "CompleteRequiresAction")
+    pending = {c.tool_call_id: c.tool_name for c in outstanding_tool_calls(state, dynamic_only=True)}
+    seen: set[str] = set()
+    for r in results:
+        if r.tool_call_id in seen:
+            raise LedgerError("tool_result_duplicate", "duplicate tool_call_id submitted")
+        seen.add(r.tool_call_id)
+    parsed: list[Any] = []
+    for r in results:
+        try:
+            parsed.append(json.loads(r.output))
+        except (ValueError, TypeError):
+            raise LedgerError("tool_result_invalid_json", "tool result output is not valid JSON") from None
+    if any(tid not in seen for tid in pending):
+        raise LedgerError("tool_result_missing", "submitted tool results do not match pending tool calls")
+    if any(r.tool_call_id not in pending for r in results):
+        raise LedgerError("tool_result_unexpected",
+                          "submitted tool_call_id does not match a pending dynamic tool call")
+    d = Draft(state, em)
+    msgs = [
+        d.message(MessageInput(role="tool", parts=[ToolResultPart(
+            tool_call_id=r.tool_call_id, tool_name=pending[r.tool_call_id], result=value, is_error=r.is_error)]),
+            turn_id=state.turn_id, created_by=created_by, model_config_id=state.model_config_id)
+        for r, value in zip(results, parsed)
+    ]
+    em.emit(ev.ToolResultsSubmitted, messages=msgs)
+    return em.events
+
+
+def cancel_requires_action(state: ChatState, em: Emitter, *, reason: str | None = None) -> list[Any]:
+    require(state, "CancelRequiresAction")
+    reason = reason or TIMED_OUT
+    d = Draft(state, em)
+    if not d.outstanding(dynamic_only=True):
+        raise LedgerError("no_pending_dynamic_tool_calls", "no pending dynamic tool calls to cancel")
+    d.cancel(reason, dynamic_only=True)
+    em.emit(ev.RequiresActionCanceled, reason=reason)
+    return em.events
+
+
+def enter_requires_action(state: ChatState, em: Emitter) -> list[Any]:
+    require(state, "EnterRequiresAction")
+    pending = outstanding_tool_calls(state, dynamic_only=True)
+    if not pending:
+        raise LedgerError("no_pending_dynamic_tool_calls", "no pending dynamic tool calls")
+    em.emit(ev.RequiresActionEntered, deadline=em.timestamp + REQUIRES_ACTION_TIMEOUT,
+            tool_call_ids=[c.tool_call_id for c in pending])
+    return em.events
+
+
+# -- the worker's transitions ---------------------------------------------------------------------------
+
+def record_generation_attempt(state: ChatState, em: Emitter) -> list[Any]:
+    require(state, "RecordGenerationAttempt")
+    em.emit(ev.GenerationAttemptRecorded, generation_attempt=state.generation_attempt + 1)
+    return em.events
+
+
+def record_retry_state(state: ChatState, em: Emitter, *, retry_state: dict[str, Any]) -> list[Any]:
+    require(state, "RecordRetryState")
+    if not retry_state:
+        raise invalid_command("RecordRetryState requires a retry payload")
+    em.emit(ev.RetryStateRecorded, retry_state=retry_state)
+    return em.events
+
+
+def commit_step(state: ChatState, em: Emitter, *, messages: list[MessageInput],
+                consume_compaction_request: bool = False) -> list[Any]:
+    require(state, "CommitStep")
+    if not messages:
+        raise invalid_command("CommitStep requires at least one message")
+    d = Draft(state, em)
+    msgs = d.messages(messages, turn_id=state.turn_id)
+    em.emit(ev.StepCommitted, messages=msgs,
+            consumed_compaction_request=consume_compaction_request and state.compaction_requested_at is not None)
+    return em.events
+
+
+def finish_turn(state: ChatState, em: Emitter) -> list[Any]:
+    st = require(state, "FinishTurn")
+    d = Draft(state, em)
+    if st == "R1":
+        d.cancel(QUEUED_PROMOTION)
+    em.emit(ev.TurnFinished, messages=[])
+    if d.queue:
+        d.promote_head()
+    return em.events
+
+
+def finish_interruption(state: ChatState, em: Emitter, *, partial_messages: list[MessageInput] = ()) -> list[Any]:  # type: ignore[assignment]
+    require(state, "FinishInterruption")
+    Draft(state, em).finish_interruption(list(partial_messages))
+    return em.events
+
+
+def finish_error(state: ChatState, em: Emitter, *, error: ChatError) -> list[Any]:
+    require(state, "FinishError")
+    em.emit(ev.TurnFailed, last_error=error, messages=[])
+    return em.events
+
+
+def fail_idle(state: ChatState, em: Emitter, *, error: str) -> list[Any]:
+    require(state, "FailIdle")
+    em.emit(ev.IdleChatFailed, last_error=ChatError(message=error, kind="generic"))
+    return em.events
+
+
+def request_compaction(state: ChatState, em: Emitter) -> list[Any]:
+    require(state, "RequestCompaction")
+    if not has_compactable_history(state):
+        raise LedgerError("nothing_to_compact", "Nothing to compact.")
+    em.emit(ev.CompactionRequested)
+    return em.events
+
+
+CLEARED_SUMMARY = "The conversation context was cleared. Earlier messages are not part of the context."
+
+
+def clear_context(state: ChatState, em: Emitter) -> list[Any]:
+    require(state, "ClearContext")
+    if not has_clearable_history(state):
+        raise LedgerError("nothing_to_clear", "nothing to clear")
+    d = Draft(state, em)
+    call_id = f"chat_cleared_{uuid5(TURN_NAMESPACE, f'{state.chat_id}/cleared/{d.next_id}')}"
+    triplet = [
+        MessageInput(role="user", visibility="model", compressed=True, parts=[TextPart(text=CLEARED_SUMMARY)]),
+        MessageInput(role="assistant", visibility="user", compressed=True,
+                     parts=[ToolCallPart(tool_call_id=call_id, tool_name="chat_cleared", args={})]),
+        MessageInput(role="tool", visibility="both", compressed=True,
+                     parts=[ToolResultPart(tool_call_id=call_id, tool_name="chat_cleared",
+                                           result={"cleared": True})]),
+    ]
+    em.emit(ev.ContextCleared, messages=d.messages(triplet, turn_id=state.turn_id))
+    return em.events
+
+
+def end_chat(state: ChatState, em: Emitter, *, prefix_messages: list[MessageInput] = (),  # type: ignore[assignment]
+             cascaded_from: UUID | None = None) -> list[Any]:
+    st = state.execution_state
+    if cascaded_from is not None and st == "Invalid":
+        raise LedgerError("invalid_state", "chat is in an invalid execution state")
+    require(state, "EndChat")
+    d = Draft(state, em)
+    d.cancel(CHAT_ENDED)
+    msgs = d.messages(list(prefix_messages), turn_id=state.turn_id)
+    em.emit(ev.ChatEnded, messages=msgs, deleted_queued_message_ids=[q.queued_message_id for q in state.queue],
+            cascaded_from=cascaded_from)
+    d.cancel(CHAT_ENDED)  # calls carried in the batch itself
+    return em.events
+
+
+def set_archived(state: ChatState, em: Emitter, *, archived: bool, cascaded_from: UUID | None = None) -> list[Any]:
+    """One member of a family archive. The root's own checks are in ``check_family_archive``."""
+    if state.archived == archived:
+        return em.events  # a member already matching is left as it is
+    st = state.execution_state
+    if st == "Invalid":
+        raise LedgerError("invalid_state", "chat is in an invalid execution state")
+    if st not in MATRIX["SetArchived"]:
+        raise transition_not_allowed("SetArchived", st, f"chat {state.chat_id}" if cascaded_from else None)
+    em.emit(ev.ArchivedSet, archived=archived, cascaded_from=cascaded_from)
+    return em.events
+
+
+def check_family_archive(root: ChatState, archived: bool) -> None:
+    if root.parent_chat_id is not None:
+        raise LedgerError("not_root_chat", "Chat archive state can only be changed on the root chat.")
+    if root.archived == archived:
+        raise LedgerError("archived_flag_unchanged", "SetArchived input matches the current archived flag")
+
+
+def acquire(state: ChatState, em: Emitter, *, worker_id: UUID, runner_id: UUID) -> list[Any]:
+    em.emit(ev.ChatAcquired, worker_id=worker_id, runner_id=runner_id)
+    return em.events
+
+
+def abandon(state: ChatState, em: Emitter) -> list[Any]:
+    if state.worker_id is None:
+        raise LedgerError("not_owned", "chat is not owned")
+    em.emit(ev.ChatAbandoned)
+    return em.events
+
+
+def set_title(state: ChatState, em: Emitter, *, title: str) -> list[Any]:
+    em.emit(ev.TitleSet, title=normalize_title(title))
+    return em.events
+
+
+def deadline_after(at: datetime) -> datetime:
+    return at + REQUIRES_ACTION_TIMEOUT

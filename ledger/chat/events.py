@@ -1,0 +1,240 @@
+"""Chat events: fine-grained facts in the past tense, each with a stable topic.
+
+An event carries what an auditor needs without re-running code: the messages it inserted (with their
+ids and turn ids), the queued prompt it promoted with the prefix inserted and the tool policy before and
+after narrowing, the cancellation reason. ``evolve`` (ledger/chat/evolve.py) gives each its effect.
+Schema changes bump ``class_version`` and add an ``upcast_vN_vN+1`` static method (docs/schema-changes.md).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar, Literal
+from uuid import UUID
+
+from ledger.base import LedgerCreated, LedgerEvent
+from ledger.chat.values import ChatError, Message, QueuedPrompt
+
+
+class ChatEvent(LedgerEvent):
+    abstract: ClassVar[bool] = True
+
+
+class ChatCreated(LedgerCreated, ChatEvent):
+    """A chat was created with its first messages (CreateChat: N -> R0, or W with initial status waiting)."""
+
+    TOPIC = "chat-ledger:chat.ChatCreated"
+    organization_id: UUID
+    owner_id: UUID
+    parent_chat_id: UUID | None
+    root_chat_id: UUID
+    title: str
+    status: Literal["running", "waiting"]
+    turn_id: UUID
+    messages: list[Message]
+    model_config_id: UUID | None
+    hook_allowed_tools: list[str] | None
+    dynamic_tools: list[str]
+
+
+class ChildChatCreated(ChatEvent):
+    """A child chat (subagent) was created under this chat."""
+
+    TOPIC = "chat-ledger:chat.ChildChatCreated"
+    child_chat_id: UUID
+
+
+class TitleSet(ChatEvent):
+    TOPIC = "chat-ledger:chat.TitleSet"
+    title: str
+
+
+class TurnStarted(ChatEvent):
+    """A user prompt was inserted directly (send from W/E0, or an edit) and the chat runs.
+
+    ``messages`` = hook prefix messages, the prompt, then any suffix messages, in insertion order.
+    ``hook_allowed_tools`` is the incoming hook policy; ``tool_policy_before``/``tool_policy`` the chat's
+    policy before and after narrowing.
+    """
+
+    TOPIC = "chat-ledger:chat.TurnStarted"
+    cause: Literal["send", "edit"]
+    turn_id: UUID
+    prompt_message_id: int
+    messages: list[Message]
+    hook_allowed_tools: list[str] | None
+    tool_policy_before: list[str] | None
+    tool_policy: list[str] | None
+    model_config_id: UUID | None
+
+
+class MessageEdited(ChatEvent):
+    """A user message was edited: it and every later message were soft-deleted, the queue was cleared.
+
+    The replacement prompt follows in a ``TurnStarted`` with cause "edit".
+    """
+
+    TOPIC = "chat-ledger:chat.MessageEdited"
+    edited_message_id: int
+    deleted_message_ids: list[int]
+    deleted_queued_message_ids: list[int]
+
+
+class PromptQueued(ChatEvent):
+    """A user prompt was queued behind the running turn, with its hook prefix and tool policy."""
+
+    TOPIC = "chat-ledger:chat.PromptQueued"
+    prompt: QueuedPrompt
+
+
+class QueuedPromptDeleted(ChatEvent):
+    TOPIC = "chat-ledger:chat.QueuedPromptDeleted"
+    queued_message_id: int
+
+
+class QueuedPromptMovedToHead(ChatEvent):
+    """A queued prompt was moved to the head of the queue (``position`` = the old minimum - 1)."""
+
+    TOPIC = "chat-ledger:chat.QueuedPromptMovedToHead"
+    queued_message_id: int
+    position: int
+
+
+class QueuedPromptPromoted(ChatEvent):
+    """The queue head became the next turn's prompt: its hook prefix (stamped with its turn id) and the
+    prompt were inserted, its tool policy applied, its row deleted; the chat runs."""
+
+    TOPIC = "chat-ledger:chat.QueuedPromptPromoted"
+    queued_message_id: int
+    turn_id: UUID
+    prompt_message_id: int
+    messages: list[Message]
+    hook_allowed_tools: list[str] | None
+    tool_policy_before: list[str] | None
+    tool_policy: list[str] | None
+    model_config_id: UUID | None
+
+
+class ToolCallsCanceled(ChatEvent):
+    """Synthetic error results were inserted for outstanding tool calls of the latest assistant message."""
+
+    TOPIC = "chat-ledger:chat.ToolCallsCanceled"
+    reason: str
+    dynamic_only: bool
+    messages: list[Message]
+
+
+class InterruptRequested(ChatEvent):
+    """Interrupt: a running chat starts interrupting; a chat requiring action runs again (its pending
+    dynamic calls were canceled just before)."""
+
+    TOPIC = "chat-ledger:chat.InterruptRequested"
+    reason: str
+
+
+class InterruptionFinished(ChatEvent):
+    """The interruption ended: partial output committed; waiting, unless a promotion follows."""
+
+    TOPIC = "chat-ledger:chat.InterruptionFinished"
+    messages: list[Message]
+    unowned: bool = False
+
+
+class TurnFinished(ChatEvent):
+    """The turn ended (terminal messages inserted); waiting, unless a promotion follows."""
+
+    TOPIC = "chat-ledger:chat.TurnFinished"
+    messages: list[Message]
+
+
+class TurnFailed(ChatEvent):
+    """FinishError: the worker hit an unrecoverable error."""
+
+    TOPIC = "chat-ledger:chat.TurnFailed"
+    last_error: ChatError
+    messages: list[Message]
+
+
+class IdleChatFailed(ChatEvent):
+    """FailIdle: a waiting chat was put in error (no runner ownership needed)."""
+
+    TOPIC = "chat-ledger:chat.IdleChatFailed"
+    last_error: ChatError
+
+
+class RequiresActionEntered(ChatEvent):
+    """The chat waits for client results of its pending dynamic tool calls until ``deadline``."""
+
+    TOPIC = "chat-ledger:chat.RequiresActionEntered"
+    deadline: datetime
+    tool_call_ids: list[str]
+
+
+class ToolResultsSubmitted(ChatEvent):
+    """CompleteRequiresAction: client results of the pending dynamic calls were inserted; the chat runs."""
+
+    TOPIC = "chat-ledger:chat.ToolResultsSubmitted"
+    messages: list[Message]
+
+
+class RequiresActionCanceled(ChatEvent):
+    """CancelRequiresAction (the deadline passed): pending dynamic calls were canceled; the chat runs."""
+
+    TOPIC = "chat-ledger:chat.RequiresActionCanceled"
+    reason: str
+
+
+class CompactionRequested(ChatEvent):
+    """Manual compaction was requested: one-shot marker set, history epoch granted, ownership released."""
+
+    TOPIC = "chat-ledger:chat.CompactionRequested"
+
+
+class ContextCleared(ChatEvent):
+    """The context was cleared with a boundary triplet; the chat waits."""
+
+    TOPIC = "chat-ledger:chat.ContextCleared"
+    messages: list[Message]
+
+
+class StepCommitted(ChatEvent):
+    """A generation step's messages were committed."""
+
+    TOPIC = "chat-ledger:chat.StepCommitted"
+    messages: list[Message]
+    consumed_compaction_request: bool = False
+
+
+class GenerationAttemptRecorded(ChatEvent):
+    TOPIC = "chat-ledger:chat.GenerationAttemptRecorded"
+    generation_attempt: int
+
+
+class RetryStateRecorded(ChatEvent):
+    TOPIC = "chat-ledger:chat.RetryStateRecorded"
+    retry_state: dict[str, Any]
+
+
+class ChatEnded(ChatEvent):
+    """EndChat: prefix messages inserted, queue cleared, the chat archived and released."""
+
+    TOPIC = "chat-ledger:chat.ChatEnded"
+    messages: list[Message]
+    deleted_queued_message_ids: list[int]
+    cascaded_from: UUID | None = None
+
+
+class ArchivedSet(ChatEvent):
+    TOPIC = "chat-ledger:chat.ArchivedSet"
+    archived: bool
+    cascaded_from: UUID | None = None
+
+
+class ChatAcquired(ChatEvent):
+    TOPIC = "chat-ledger:chat.ChatAcquired"
+    worker_id: UUID
+    runner_id: UUID
+
+
+class ChatAbandoned(ChatEvent):
+    TOPIC = "chat-ledger:chat.ChatAbandoned"

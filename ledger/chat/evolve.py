@@ -1,0 +1,288 @@
+"""evolve(state, event) -> state: the effect of each chat event.
+
+Total for valid histories and linear in the number of events: the given state is updated in place and
+returned (callers that need the old state keep a copy). Never reads a clock or another stream: every
+time and id an effect needs is in the event.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ledger.chat import events as ev
+from ledger.chat.state import ChatState, message_info
+from ledger.chat.values import Message
+
+
+def _insert(state: ChatState, messages: list[Message], event: Any) -> None:
+    if not messages:
+        return
+    at = event.timestamp
+    append = state.messages.append
+    for m in messages:
+        append(message_info(m, at))
+    _history_changed(state, event)
+
+
+def _history_changed(state: ChatState, event: Any) -> None:
+    state.history_version = event.originator_version
+    state.generation_attempt = 0
+    state.retry_state = None
+
+
+def _queue_changed(state: ChatState, event: Any) -> None:
+    state.queue_version = event.originator_version
+
+
+def _run(state: ChatState) -> None:
+    state.status = "running"
+    state.last_error = None
+    state.requires_action_deadline_at = None
+    state.compaction_requested_at = None
+
+
+def _settle_after_turn(state: ChatState) -> None:
+    """A turn boundary: waiting when nothing is queued; otherwise the promotion that follows sets running."""
+    if not state.queue:
+        state.status = "waiting"
+        state.requires_action_deadline_at = None
+    state.compaction_requested_at = None
+
+
+def _remove_queued(state: ChatState, queued_message_id: int) -> None:
+    state.queue = [q for q in state.queue if q.queued_message_id != queued_message_id]
+
+
+def evolve(state: ChatState | None, event: Any) -> ChatState:
+    t = type(event)
+    if t is ev.ChatCreated:
+        state = ChatState(
+            chat_id=event.originator_id, organization_id=event.organization_id, owner_id=event.owner_id,
+            parent_chat_id=event.parent_chat_id, root_chat_id=event.root_chat_id, title=event.title,
+            created_at=event.timestamp, status=event.status, hook_allowed_tools=event.hook_allowed_tools,
+            dynamic_tools=list(event.dynamic_tools), model_config_id=event.model_config_id,
+            turn_id=event.turn_id,
+        )
+        _insert(state, event.messages, event)
+    else:
+        assert state is not None, "only ChatCreated starts a chat stream"
+        handler = _HANDLERS[t]
+        handler(state, event)
+    state.version = event.originator_version
+    state.updated_at = event.timestamp
+    key = event.idempotency_key
+    if key is not None:
+        span = state.idempotency.get(key)
+        if span is None:
+            state.idempotency[key] = [event.originator_version, event.originator_version]
+        else:
+            span[1] = event.originator_version
+    return state
+
+
+def _child_created(s: ChatState, e: ev.ChildChatCreated) -> None:
+    s.children.append(e.child_chat_id)
+
+
+def _title_set(s: ChatState, e: ev.TitleSet) -> None:
+    s.title = e.title
+
+
+def _turn_started(s: ChatState, e: ev.TurnStarted) -> None:
+    _insert(s, e.messages, e)
+    s.turn_id = e.turn_id
+    s.hook_allowed_tools = e.tool_policy
+    if e.model_config_id is not None:
+        s.model_config_id = e.model_config_id
+    _run(s)
+
+
+def _message_edited(s: ChatState, e: ev.MessageEdited) -> None:
+    deleted = set(e.deleted_message_ids)
+    for m in s.messages:
+        if m.message_id in deleted:
+            m.deleted = True
+    if e.deleted_queued_message_ids:
+        s.queue = []
+        _queue_changed(s, e)
+    _history_changed(s, e)
+
+
+def _prompt_queued(s: ChatState, e: ev.PromptQueued) -> None:
+    s.queue.append(e.prompt)
+    s.next_queued_message_id = e.prompt.queued_message_id + 1
+    _queue_changed(s, e)
+
+
+def _queued_deleted(s: ChatState, e: ev.QueuedPromptDeleted) -> None:
+    _remove_queued(s, e.queued_message_id)
+    s.compaction_requested_at = None
+    _queue_changed(s, e)
+
+
+def _queued_moved(s: ChatState, e: ev.QueuedPromptMovedToHead) -> None:
+    target = next(q for q in s.queue if q.queued_message_id == e.queued_message_id)
+    _remove_queued(s, e.queued_message_id)
+    s.queue.insert(0, msgspec.structs.replace(target, position=e.position))
+    _queue_changed(s, e)
+
+
+def _promoted(s: ChatState, e: ev.QueuedPromptPromoted) -> None:
+    _remove_queued(s, e.queued_message_id)
+    _queue_changed(s, e)
+    _insert(s, e.messages, e)
+    s.turn_id = e.turn_id
+    s.hook_allowed_tools = e.tool_policy
+    if e.model_config_id is not None:
+        s.model_config_id = e.model_config_id
+    _run(s)
+
+
+def _canceled(s: ChatState, e: ev.ToolCallsCanceled) -> None:
+    _insert(s, e.messages, e)
+
+
+def _interrupt_requested(s: ChatState, e: ev.InterruptRequested) -> None:
+    if s.status == "requires_action":
+        s.status = "running"
+        s.requires_action_deadline_at = None
+    else:
+        s.status = "interrupting"
+    s.compaction_requested_at = None
+
+
+def _interruption_finished(s: ChatState, e: ev.InterruptionFinished) -> None:
+    _insert(s, e.messages, e)
+    _settle_after_turn(s)
+
+
+def _turn_finished(s: ChatState, e: ev.TurnFinished) -> None:
+    _insert(s, e.messages, e)
+    _settle_after_turn(s)
+
+
+def _turn_failed(s: ChatState, e: ev.TurnFailed) -> None:
+    _insert(s, e.messages, e)
+    s.status = "error"
+    s.last_error = e.last_error
+    s.requires_action_deadline_at = None
+    s.compaction_requested_at = None
+
+
+def _idle_failed(s: ChatState, e: ev.IdleChatFailed) -> None:
+    s.status = "error"
+    s.last_error = e.last_error
+    s.requires_action_deadline_at = None
+    s.compaction_requested_at = None
+
+
+def _requires_action(s: ChatState, e: ev.RequiresActionEntered) -> None:
+    s.status = "requires_action"
+    s.requires_action_deadline_at = e.deadline
+    s.compaction_requested_at = None
+
+
+def _results_submitted(s: ChatState, e: ev.ToolResultsSubmitted) -> None:
+    _insert(s, e.messages, e)
+    s.status = "running"
+    s.requires_action_deadline_at = None
+    s.compaction_requested_at = None
+
+
+def _requires_action_canceled(s: ChatState, e: ev.RequiresActionCanceled) -> None:
+    s.status = "running"
+    s.requires_action_deadline_at = None
+    s.compaction_requested_at = None
+
+
+def _compaction_requested(s: ChatState, e: ev.CompactionRequested) -> None:
+    s.status = "running"
+    s.worker_id = None
+    s.runner_id = None
+    s.last_error = None
+    s.requires_action_deadline_at = None
+    s.compaction_requested_at = e.timestamp
+    _history_changed(s, e)  # GrantHistoryEpoch
+
+
+def _context_cleared(s: ChatState, e: ev.ContextCleared) -> None:
+    _insert(s, e.messages, e)
+    s.status = "waiting"
+    s.last_error = None
+    s.requires_action_deadline_at = None
+    s.compaction_requested_at = None
+
+
+def _step_committed(s: ChatState, e: ev.StepCommitted) -> None:
+    _insert(s, e.messages, e)
+    if e.consumed_compaction_request:
+        s.compaction_requested_at = None
+
+
+def _attempt(s: ChatState, e: ev.GenerationAttemptRecorded) -> None:
+    s.generation_attempt = e.generation_attempt
+    s.retry_state = None
+
+
+def _retry_state(s: ChatState, e: ev.RetryStateRecorded) -> None:
+    s.retry_state = e.retry_state
+
+
+def _ended(s: ChatState, e: ev.ChatEnded) -> None:
+    _insert(s, e.messages, e)
+    if e.deleted_queued_message_ids:
+        s.queue = []
+        _queue_changed(s, e)
+    s.status = "waiting"
+    s.archived = True
+    s.worker_id = None
+    s.runner_id = None
+    s.last_error = None
+    s.requires_action_deadline_at = None
+    s.compaction_requested_at = None
+
+
+def _archived_set(s: ChatState, e: ev.ArchivedSet) -> None:
+    s.archived = e.archived
+
+
+def _acquired(s: ChatState, e: ev.ChatAcquired) -> None:
+    s.worker_id = e.worker_id
+    s.runner_id = e.runner_id
+
+
+def _abandoned(s: ChatState, e: ev.ChatAbandoned) -> None:
+    s.worker_id = None
+    s.runner_id = None
+
+
+_HANDLERS: dict[type, Any] = {
+    ev.ChildChatCreated: _child_created,
+    ev.TitleSet: _title_set,
+    ev.TurnStarted: _turn_started,
+    ev.MessageEdited: _message_edited,
+    ev.PromptQueued: _prompt_queued,
+    ev.QueuedPromptDeleted: _queued_deleted,
+    ev.QueuedPromptMovedToHead: _queued_moved,
+    ev.QueuedPromptPromoted: _promoted,
+    ev.ToolCallsCanceled: _canceled,
+    ev.InterruptRequested: _interrupt_requested,
+    ev.InterruptionFinished: _interruption_finished,
+    ev.TurnFinished: _turn_finished,
+    ev.TurnFailed: _turn_failed,
+    ev.IdleChatFailed: _idle_failed,
+    ev.RequiresActionEntered: _requires_action,
+    ev.ToolResultsSubmitted: _results_submitted,
+    ev.RequiresActionCanceled: _requires_action_canceled,
+    ev.CompactionRequested: _compaction_requested,
+    ev.ContextCleared: _context_cleared,
+    ev.StepCommitted: _step_committed,
+    ev.GenerationAttemptRecorded: _attempt,
+    ev.RetryStateRecorded: _retry_state,
+    ev.ChatEnded: _ended,
+    ev.ArchivedSet: _archived_set,
+    ev.ChatAcquired: _acquired,
+    ev.ChatAbandoned: _abandoned,
+}

@@ -1,0 +1,193 @@
+"""The chat's compact state: what decisions need, not a copy of every message body.
+
+Message bodies live in the events; the state keeps, per message, its role, flags, turn and the tool-call
+ids it carries, which is what queue, cancellation and tool-result rules read. ``ChatState`` is a mutable
+Struct: ``evolve`` updates it in place (linear replay); two states compare with ``==``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import msgspec
+
+from ledger.chat.values import ChatError, Message, QueuedPrompt, ToolCallPart, ToolResultPart
+
+#: tool names whose call/result marks a context boundary (compaction summary, cleared context)
+BOUNDARY_TOOLS = frozenset({"chat_summarized", "chat_cleared"})
+MAX_QUEUE_SIZE = 20
+
+
+class ToolCall(msgspec.Struct, frozen=True, array_like=True):
+    tool_call_id: str
+    tool_name: str
+    provider_executed: bool
+    args: dict[str, Any] = {}
+
+
+class MessageInfo(msgspec.Struct, array_like=True):
+    message_id: int
+    role: str
+    visibility: str
+    turn_id: UUID | None
+    model_config_id: UUID | None
+    compressed: bool
+    deleted: bool
+    calls: list[ToolCall]
+    result_ids: list[str]
+    boundary: bool
+    created_at: datetime
+
+
+def message_info(m: Message, at: datetime) -> MessageInfo:
+    calls: list[ToolCall] = []
+    results: list[str] = []
+    boundary = False
+    for p in m.parts:
+        if isinstance(p, ToolCallPart):
+            calls.append(ToolCall(p.tool_call_id, p.tool_name, p.provider_executed, p.args))
+            boundary = boundary or p.tool_name in BOUNDARY_TOOLS
+        elif isinstance(p, ToolResultPart):
+            results.append(p.tool_call_id)
+            boundary = boundary or p.tool_name in BOUNDARY_TOOLS
+    return MessageInfo(m.message_id, m.role, m.visibility, m.turn_id, m.model_config_id, m.compressed, False, calls, results,
+                       boundary and m.compressed, at)
+
+
+class ChatState(msgspec.Struct, kw_only=True):
+    chat_id: UUID
+    organization_id: UUID
+    owner_id: UUID
+    parent_chat_id: UUID | None
+    root_chat_id: UUID
+    title: str
+    created_at: datetime
+    children: list[UUID] = msgspec.field(default_factory=list)
+    status: str = "running"
+    archived: bool = False
+    worker_id: UUID | None = None
+    runner_id: UUID | None = None
+    last_error: ChatError | None = None
+    retry_state: dict[str, Any] | None = None
+    requires_action_deadline_at: datetime | None = None
+    compaction_requested_at: datetime | None = None
+    hook_allowed_tools: list[str] | None = None
+    dynamic_tools: list[str] = msgspec.field(default_factory=list)
+    model_config_id: UUID | None = None
+    turn_id: UUID | None = None
+    generation_attempt: int = 0
+    history_version: int = 0
+    queue_version: int = 0
+    messages: list[MessageInfo] = msgspec.field(default_factory=list)
+    queue: list[QueuedPrompt] = msgspec.field(default_factory=list)
+    next_queued_message_id: int = 1
+    idempotency: dict[str, list[int]] = msgspec.field(default_factory=dict)
+    version: int = 0
+    updated_at: datetime | None = None
+
+    @property
+    def next_message_id(self) -> int:
+        return len(self.messages) + 1
+
+    @property
+    def execution_state(self) -> str:
+        return classify(self.status, bool(self.queue), self.archived)
+
+    @property
+    def owned(self) -> bool:
+        return self.worker_id is not None
+
+
+def classify(status: str, queue_nonempty: bool, archived: bool) -> str:
+    """chatd's ClassifyExecutionState: status + queue + archived -> W, E0 ... XE1, or Invalid."""
+    digit = "1" if queue_nonempty else "0"
+    if archived:
+        if status == "waiting" and not queue_nonempty:
+            return "XW"
+        if status == "error":
+            return "XE" + digit
+        return "Invalid"
+    if status == "waiting":
+        return "Invalid" if queue_nonempty else "W"
+    prefix = {"error": "E", "running": "R", "interrupting": "I", "requires_action": "A"}.get(status)
+    return prefix + digit if prefix else "Invalid"
+
+
+VALID_STATES = ("W", "E0", "E1", "R0", "R1", "I0", "I1", "A0", "A1", "XW", "XE0", "XE1")
+RUNNABLE_STATES = frozenset({"R0", "R1", "I0", "I1", "A0", "A1"})
+
+
+# -- queries over the message index ------------------------------------------------------------------
+
+def active(m: MessageInfo) -> bool:
+    return not m.deleted and not m.compressed
+
+
+def last_assistant_index(state: ChatState) -> int:
+    return _last_assistant(state.messages)
+
+
+def _last_assistant(msgs: list[MessageInfo]) -> int:
+    for i in range(len(msgs) - 1, -1, -1):
+        m = msgs[i]
+        if m.role == "assistant" and active(m):
+            return i
+    return -1
+
+
+def outstanding_tool_calls(state: ChatState, dynamic_only: bool = False,
+                           count_own_results: bool = True,
+                           messages: list[MessageInfo] | None = None) -> list[ToolCall]:
+    """Tool calls of the latest active assistant message with no result yet (reference §5.1).
+
+    Provider-executed calls never count. A result counts when it is in a later active ``tool`` message
+    (or, with ``count_own_results``, inside the assistant message itself — the state machine's rule).
+    """
+    msgs = state.messages if messages is None else messages
+    i = _last_assistant(msgs)
+    if i < 0:
+        return []
+    assistant = msgs[i]
+    if not assistant.calls:
+        return []
+    handled: set[str] = set(assistant.result_ids) if count_own_results else set()
+    for m in msgs[i + 1:]:
+        if m.role == "tool" and active(m):
+            handled.update(m.result_ids)
+    dynamic = state.dynamic_tools
+    return [
+        c for c in assistant.calls
+        if not c.provider_executed and c.tool_call_id not in handled
+        and (not dynamic_only or c.tool_name in dynamic)
+    ]
+
+
+def last_assistant_message_id(state: ChatState) -> int | None:
+    i = last_assistant_index(state)
+    return state.messages[i].message_id if i >= 0 else None
+
+
+def latest_boundary_index(state: ChatState) -> int:
+    for i in range(len(state.messages) - 1, -1, -1):
+        m = state.messages[i]
+        if m.boundary and not m.deleted:
+            return i
+    return -1
+
+
+def has_compactable_history(state: ChatState) -> bool:
+    """An uncompressed, non-deleted assistant message exists after the latest context boundary."""
+    b = latest_boundary_index(state)
+    return any(m.role == "assistant" and active(m) for m in state.messages[b + 1:])
+
+
+def has_clearable_history(state: ChatState) -> bool:
+    """An active model-visible non-system message exists after the latest context boundary."""
+    b = latest_boundary_index(state)
+    return any(active(m) and m.role != "system" and m.visibility != "user" for m in state.messages[b + 1:])
+
+
+def queue_head(state: ChatState) -> QueuedPrompt | None:
+    return state.queue[0] if state.queue else None

@@ -1,0 +1,120 @@
+"""Value objects recorded inside chat events: message parts, messages, queued prompts, errors.
+
+All are msgspec Structs so the codec decodes them back to these exact types. Arbitrary JSON (tool
+arguments and results, retry payloads) is the only untyped content.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal, Union
+from uuid import UUID
+
+import msgspec
+
+Role = Literal["user", "assistant", "tool", "system"]
+Visibility = Literal["user", "model", "both"]
+
+
+class _Part(msgspec.Struct, tag_field="type", omit_defaults=True, forbid_unknown_fields=True, frozen=True):
+    pass
+
+
+class TextPart(_Part, tag="text"):
+    text: str
+
+
+class ReasoningPart(_Part, tag="reasoning"):
+    text: str
+
+
+class ToolCallPart(_Part, tag="tool-call"):
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any] = {}
+    provider_executed: bool = False
+
+
+class ToolResultPart(_Part, tag="tool-result"):
+    tool_call_id: str
+    tool_name: str
+    result: Any = None
+    is_error: bool = False
+
+
+class FilePart(_Part, tag="file"):
+    file_id: str
+    media_type: str | None = None
+
+
+Part = Union[TextPart, ReasoningPart, ToolCallPart, ToolResultPart, FilePart]
+
+
+class Usage(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, frozen=True):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+    total_tokens: int = 0
+
+
+class MessageInput(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, frozen=True):
+    """A message as a caller submits it (CONTRACT §3 "Message input")."""
+
+    role: Role
+    parts: list[Part]
+    visibility: Visibility = "both"
+    created_by: UUID | None = None
+    model_config_id: UUID | None = None
+    usage: Usage | None = None
+    context_limit: int | None = None
+    compressed: bool = False
+
+
+class Message(msgspec.Struct, omit_defaults=True, frozen=True, kw_only=True):
+    """A message as recorded: its id and turn are decided when it is inserted."""
+
+    message_id: int
+    role: Role
+    parts: list[Part]
+    visibility: Visibility = "both"
+    turn_id: UUID | None = None
+    created_by: UUID | None = None
+    model_config_id: UUID | None = None
+    usage: Usage | None = None
+    context_limit: int | None = None
+    compressed: bool = False
+    queued_message_id: int | None = None
+
+
+class ChatError(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, frozen=True):
+    """The ``last_error`` payload of a chat in the error state."""
+
+    message: str
+    kind: str | None = None
+
+
+class QueuedPrompt(msgspec.Struct, omit_defaults=True, frozen=True, kw_only=True):
+    """A queued user prompt with what its ``user_prompt_submit`` hook attached.
+
+    ``hook_prefix`` is inserted (stamped with ``turn_id``) just before the prompt when it is promoted;
+    ``hook_allowed_tools`` narrows the chat's tool policy at promotion; None means no policy.
+    """
+
+    queued_message_id: int
+    position: int
+    parts: list[Part]
+    created_by: UUID
+    turn_id: UUID
+    hook_prefix: list[MessageInput] = []
+    hook_allowed_tools: list[str] | None = None
+    model_config_id: UUID | None = None
+    created_at: datetime | None = None
+
+
+def text_message(text: str) -> MessageInput:
+    return MessageInput(role="user", parts=[TextPart(text=text)])
+
+
+def message_text(parts: list[Part]) -> str:
+    return "".join(p.text for p in parts if isinstance(p, TextPart))

@@ -1,0 +1,146 @@
+"""Read shapes of a chat (CONTRACT §5), computed from its state and, for message bodies, its events.
+
+Pure functions: the projections materialize the same rows, and ``show``/``status`` by replay use them
+directly, so "the view equals the fold of the stream" is checkable row for row.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Iterable
+from uuid import UUID, uuid5
+
+import msgspec
+
+from ledger.chat import events as ev
+from ledger.chat.state import ChatState, outstanding_tool_calls
+from ledger.chat.values import QueuedPrompt, message_text
+
+#: chattool ToolCallID namespace (reference §5.3, the version the issues pick)
+TOOL_CALL_NAMESPACE = UUID("0af4d6d3-691c-45dd-ac54-55ea97970ebc")
+
+
+def _s(v: Any) -> Any:
+    if isinstance(v, UUID):
+        return str(v)
+    if isinstance(v, datetime):
+        return v.isoformat().replace("+00:00", "Z")
+    return v
+
+
+def to_jsonable(v: Any) -> Any:
+    return msgspec.to_builtins(v)
+
+
+def status_row(s: ChatState) -> dict[str, Any]:
+    return {
+        "chat_id": str(s.chat_id),
+        "organization_id": str(s.organization_id),
+        "owner_id": str(s.owner_id),
+        "parent_chat_id": _s(s.parent_chat_id),
+        "root_chat_id": str(s.root_chat_id),
+        "title": s.title,
+        "status": s.status,
+        "execution_state": s.execution_state,
+        "archived": s.archived,
+        "queue_length": len(s.queue),
+        "last_error": to_jsonable(s.last_error) if s.last_error else None,
+        "requires_action_deadline_at": _s(s.requires_action_deadline_at),
+        "compaction_requested_at": _s(s.compaction_requested_at),
+        "hook_allowed_tools": list(s.hook_allowed_tools) if s.hook_allowed_tools is not None else None,
+        "model_config_id": _s(s.model_config_id),
+        "turn_id": _s(s.turn_id),
+        "generation_attempt": s.generation_attempt,
+        "history_version": s.history_version,
+        "worker_id": _s(s.worker_id),
+        "runner_id": _s(s.runner_id),
+        "message_count": len(s.messages),
+        "version": s.version,
+        "updated_at": _s(s.updated_at),
+    }
+
+
+def tool_call_execution_ids(chat_id: UUID, assistant_message_id: int, provider_ids: list[str]) -> dict[str, UUID]:
+    """Deterministic tool-call UUIDs (chattool ToolCallIDs): none for empty or repeated provider ids."""
+    counts: dict[str, int] = {}
+    for pid in provider_ids:
+        counts[pid] = counts.get(pid, 0) + 1
+    return {
+        pid: uuid5(TOOL_CALL_NAMESPACE, f"{chat_id}/{assistant_message_id}/{pid}")
+        for pid, n in counts.items() if pid and n == 1
+    }
+
+
+def unresolved_rows(s: ChatState) -> list[dict[str, Any]]:
+    """Unresolved tool calls of the latest assistant message (reference §5.1, GEN's rule)."""
+    calls = outstanding_tool_calls(s, count_own_results=False)
+    if not calls:
+        return []
+    assistant = next(m for m in reversed(s.messages) if m.role == "assistant" and not m.deleted and not m.compressed)
+    ids = tool_call_execution_ids(s.chat_id, assistant.message_id, [c.tool_call_id for c in assistant.calls])
+    dynamic = set(s.dynamic_tools)
+    return [
+        {
+            "chat_id": str(s.chat_id),
+            "assistant_message_id": assistant.message_id,
+            "tool_call_id": c.tool_call_id,
+            "tool_name": c.tool_name,
+            "kind": "dynamic" if c.tool_name in dynamic else "local",
+            "execution_id": _s(ids.get(c.tool_call_id)),
+            "args": to_jsonable(c.args),
+            "since": _s(assistant.created_at),
+        }
+        for c in calls
+    ]
+
+
+def queue_row(chat_id: UUID, rank: int, q: QueuedPrompt) -> dict[str, Any]:
+    return {
+        "chat_id": str(chat_id),
+        "queued_message_id": q.queued_message_id,
+        "position": rank,
+        "created_by": str(q.created_by),
+        "text": message_text(q.parts),
+        "turn_id": str(q.turn_id),
+        "hook_prefix": to_jsonable(q.hook_prefix),
+        "hook_allowed_tools": list(q.hook_allowed_tools) if q.hook_allowed_tools is not None else None,
+        "model_config_id": _s(q.model_config_id),
+    }
+
+
+def queue_rows(s: ChatState) -> list[dict[str, Any]]:
+    """Queued prompts head first; ``position`` is the 1-based place in the queue."""
+    return [queue_row(s.chat_id, i + 1, q) for i, q in enumerate(s.queue)]
+
+
+def message_rows(events: Iterable[Any]) -> list[dict[str, Any]]:
+    """Every message of a chat (deleted ones included, in id order) from its events."""
+    rows: dict[int, dict[str, Any]] = {}
+    for e in events:
+        if isinstance(e, ev.MessageEdited):
+            for mid in e.deleted_message_ids:
+                rows[mid]["deleted"] = True
+            continue
+        for m in getattr(e, "messages", ()) or ():
+            rows[m.message_id] = {
+                "message_id": m.message_id,
+                "role": m.role,
+                "parts": to_jsonable(m.parts),
+                "visibility": m.visibility,
+                "turn_id": _s(m.turn_id),
+                "created_by": _s(m.created_by),
+                "model_config_id": _s(m.model_config_id),
+                "deleted": False,
+                "compressed": m.compressed,
+                "created_at": _s(e.timestamp),
+            }
+    return [rows[k] for k in sorted(rows)]
+
+
+def show(s: ChatState, events: Iterable[Any]) -> dict[str, Any]:
+    return {
+        "chat": status_row(s),
+        "messages": message_rows(events),
+        "queue": queue_rows(s),
+        "unresolved": unresolved_rows(s),
+    }

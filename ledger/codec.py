@@ -1,0 +1,158 @@
+"""The msgspec mapper: typed encode/decode of stored events, JSON by default, msgpack by setting.
+
+* Encoding writes the event's fields (minus the originator id and version, which are columns) as JSON
+  (readable in psql with ``convert_from(state, 'UTF8')``) or msgpack. ``class_version`` is written when > 1.
+* Decoding sniffs the format (a JSON object starts with ``{``; a msgpack map never does), so both formats
+  stay readable whatever the current setting is, and decodes with a Struct built from the event class's
+  annotations: values come back with their declared types (UUID, datetime, nested Structs), validated.
+* A payload written by an older ``class_version`` is decoded schemaless, upcast by the class's
+  ``upcast_v<N>_v<N+1>(state)`` static methods (which mutate the dict), then converted to the typed shape.
+* An unknown topic, or a payload that does not match its class, raises ``CodecError`` naming the topic,
+  the stream, the version and the offending field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any
+from uuid import UUID
+
+import msgspec
+from eventsourcing.persistence import Mapper, MapperDeserialisationError, StoredEvent, Transcoder
+
+from ledger.base import TOPICS
+
+FORMATS = ("json", "msgpack")
+_SKIP_FIELDS = ("originator_id", "originator_version")
+_DROP_IF_NONE = ("idempotency_key", "actor")
+
+
+class CodecError(MapperDeserialisationError):
+    """A stored event that cannot be read with the current code."""
+
+
+_shapes: dict[type, type[msgspec.Struct]] = {}
+
+
+def payload_shape(cls: type) -> type[msgspec.Struct]:
+    """A Struct with the event class's stored fields (and ``class_version``), used for typed decoding."""
+    shape = _shapes.get(cls)
+    if shape is None:
+        hints = typing.get_type_hints(cls)
+        fields: list[Any] = []
+        for f in dataclasses.fields(cls):
+            if f.name in _SKIP_FIELDS:
+                continue
+            tp = hints.get(f.name, Any)
+            if f.default is not dataclasses.MISSING:
+                fields.append((f.name, tp, f.default))
+            elif f.default_factory is not dataclasses.MISSING:
+                fields.append((f.name, tp, msgspec.field(default_factory=f.default_factory)))
+            else:
+                fields.append((f.name, tp))
+        # Defaults must follow required fields in a Struct; kw_only lifts that rule.
+        fields.append(("class_version", int, 1))
+        shape = msgspec.defstruct(f"{cls.__name__}Payload", fields, kw_only=True)
+        _shapes[cls] = shape
+    return shape
+
+
+class MsgspecMapper(Mapper):
+    """Replaces the library's Mapper (plugged in by ``ChatLedgerApp.construct_mapper``)."""
+
+    def __init__(self, transcoder: Transcoder | None = None, compressor: Any = None,
+                 cipher: Any = None, fmt: str = "json") -> None:
+        super().__init__(transcoder=transcoder, compressor=compressor, cipher=cipher)  # type: ignore[arg-type]
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown payload format {fmt!r} (choose json or msgpack)")
+        self.format = fmt
+        self._encode = msgspec.json.Encoder().encode if fmt == "json" else msgspec.msgpack.Encoder().encode
+        self._json_decoders: dict[type, msgspec.json.Decoder] = {}
+        self._msgpack_decoders: dict[type, msgspec.msgpack.Decoder] = {}
+
+    # -- write ---------------------------------------------------------------------------------------
+    def encode_payload(self, event: Any) -> bytes:
+        state = dict(vars(event))
+        for name in _SKIP_FIELDS:
+            del state[name]
+        for name in _DROP_IF_NONE:
+            if state.get(name, 0) is None:
+                del state[name]
+        class_version = getattr(type(event), "class_version", 1)
+        if class_version > 1:
+            state["class_version"] = class_version
+        return self._encode(state)
+
+    def to_stored_event(self, domain_event: Any) -> StoredEvent:
+        data = self.encode_payload(domain_event)
+        if self.compressor:
+            data = self.compressor.compress(data)
+        if self.cipher:
+            data = self.cipher.encrypt(data)
+        return StoredEvent(
+            originator_id=domain_event.originator_id,
+            originator_version=domain_event.originator_version,
+            topic=type(domain_event).TOPIC,
+            state=data,
+        )
+
+    # -- read ----------------------------------------------------------------------------------------
+    def decode_payload(self, topic: str, data: bytes, where: str = "") -> tuple[type, dict[str, Any]]:
+        cls = TOPICS.get(topic)
+        if cls is None:
+            raise CodecError(f"unknown event topic {topic!r}{where}")
+        current = getattr(cls, "class_version", 1)
+        is_json = data[:1] == b"{"
+        try:
+            decoder = self._decoder(cls, is_json)
+            try:
+                payload = decoder.decode(data)
+            except msgspec.ValidationError:
+                payload = None
+            if payload is not None and payload.class_version == current:
+                state = msgspec.structs.asdict(payload)
+            else:
+                raw = (msgspec.json.decode(data) if is_json else msgspec.msgpack.decode(data))
+                if not isinstance(raw, dict):
+                    raise CodecError("payload is not an object")
+                version = raw.pop("class_version", 1)
+                if version > current:
+                    raise CodecError(f"payload class_version {version} is newer than the code's {current}")
+                while version < current:
+                    upcast = getattr(cls, f"upcast_v{version}_v{version + 1}", None)
+                    if upcast is None:
+                        raise CodecError(f"no upcaster upcast_v{version}_v{version + 1}")
+                    upcast(raw)
+                    version += 1
+                state = msgspec.structs.asdict(msgspec.convert(raw, payload_shape(cls), strict=False))
+        except CodecError as e:
+            raise CodecError(f"cannot decode {topic} (class_version {current}){where}: {e}") from e
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            raise CodecError(f"cannot decode {topic} (class_version {current}){where}: {e}") from e
+        del state["class_version"]
+        return cls, state
+
+    def _decoder(self, cls: type, is_json: bool) -> Any:
+        cache = self._json_decoders if is_json else self._msgpack_decoders
+        decoder = cache.get(cls)
+        if decoder is None:
+            shape = payload_shape(cls)
+            decoder = msgspec.json.Decoder(shape) if is_json else msgspec.msgpack.Decoder(shape)
+            cache[cls] = decoder
+        return decoder
+
+    def to_domain_event(self, stored_event: StoredEvent) -> Any:
+        data = stored_event.state
+        if self.cipher:
+            data = self.cipher.decrypt(data)
+        if self.compressor:
+            data = self.compressor.decompress(data)
+        oid = stored_event.originator_id
+        where = f" in stream {oid} at version {stored_event.originator_version}"
+        cls, state = self.decode_payload(stored_event.topic, data, where)
+        state["originator_id"] = oid if isinstance(oid, UUID) else UUID(str(oid))
+        state["originator_version"] = stored_event.originator_version
+        event = object.__new__(cls)
+        object.__setattr__(event, "__dict__", state)
+        return event

@@ -1,0 +1,189 @@
+"""The event store: one eventsourcing Application named ``chatledger`` for every aggregate type.
+
+One application (so one gap-free notification order for projections) on SQLite (the embedded default)
+or PostgreSQL. The database URL is translated into the library's environment variables here and
+nowhere else. Postgres uses the library's default insert path (table lock, so commit order equals
+notification order); ``POSTGRES_ENABLE_DB_FUNCTIONS`` stays off because tailing readers skip events
+with it under concurrent writers.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+from urllib.parse import parse_qs, unquote, urlsplit
+from uuid import UUID
+
+from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.persistence import Mapper, Notification
+
+from ledger.base import DeciderAggregate, fast_project
+from ledger.codec import FORMATS, MsgspecMapper
+from ledger.errors import LedgerError
+
+DEFAULT_URL = "sqlite:///chat-ledger.db"
+APP_NAME = "chatledger"
+
+
+@dataclass(frozen=True)
+class DatabaseURL:
+    """A parsed ``--db`` URL."""
+
+    url: str
+    backend: str  # "sqlite" | "postgres"
+    path: str = ""  # sqlite file path (or ":memory:")
+    host: str = ""
+    port: int = 5432
+    user: str = ""
+    password: str = ""
+    dbname: str = ""
+    schema: str = "public"
+
+    @classmethod
+    def parse(cls, url: str) -> DatabaseURL:
+        parts = urlsplit(url)
+        if parts.scheme == "sqlite":
+            # sqlite:///relative.db, sqlite:////abs/path.db, sqlite:///:memory:
+            path = url[len("sqlite://"):]
+            if path.startswith("/"):
+                path = path[1:]
+            if not path:
+                raise LedgerError("invalid_database_url", f"no SQLite file path in database URL {url!r}")
+            return cls(url=url, backend="sqlite", path=unquote(path))
+        if parts.scheme in ("postgresql", "postgres"):
+            dbname = unquote(parts.path.lstrip("/"))
+            if not dbname or not parts.hostname:
+                raise LedgerError(
+                    "invalid_database_url",
+                    f"PostgreSQL URL must name a host and a database: {redact(url)!r}",
+                )
+            query = parse_qs(parts.query)
+            schema = query.get("schema", ["public"])[0] or "public"
+            return cls(
+                url=url, backend="postgres", host=parts.hostname, port=parts.port or 5432,
+                user=unquote(parts.username or "postgres"), password=unquote(parts.password or ""),
+                dbname=dbname, schema=schema,
+            )
+        raise LedgerError(
+            "invalid_database_url",
+            f"unsupported database URL {redact(url)!r}: use sqlite:///FILE or postgresql://USER@HOST[:PORT]/DB[?schema=S]",
+        )
+
+    def env(self) -> dict[str, str]:
+        if self.backend == "sqlite":
+            return {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": self.path,
+                    "SQLITE_LOCK_TIMEOUT": "30"}
+        return {
+            "PERSISTENCE_MODULE": "eventsourcing.postgres",
+            "POSTGRES_HOST": self.host, "POSTGRES_PORT": str(self.port), "POSTGRES_USER": self.user,
+            "POSTGRES_PASSWORD": self.password, "POSTGRES_DBNAME": self.dbname,
+            "POSTGRES_SCHEMA": self.schema, "POSTGRES_CONNECT_TIMEOUT": "10",
+            "POSTGRES_POOL_SIZE": "2", "POSTGRES_MAX_OVERFLOW": "8",
+        }
+
+    def psycopg_conninfo(self) -> str:
+        from psycopg.conninfo import make_conninfo
+
+        return make_conninfo(host=self.host, port=self.port, user=self.user,
+                             password=self.password or None, dbname=self.dbname, connect_timeout=10)
+
+
+def redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        return url.replace(f":{parts.password}@", ":***@", 1)
+    return url
+
+
+def resolve_url(url: str | None) -> str:
+    return url or os.environ.get("CHAT_LEDGER_DB") or DEFAULT_URL
+
+
+def ensure_database(db: DatabaseURL) -> None:
+    """Make the place the tables live in: the SQLite file's folder is checked, the Postgres schema created."""
+    if db.backend == "sqlite":
+        if db.path != ":memory:" and not db.path.startswith("file:"):
+            folder = Path(db.path).expanduser().resolve().parent
+            if not folder.is_dir():
+                raise LedgerError("database_unavailable", f"SQLite folder does not exist: {folder}")
+            target = Path(db.path)
+            if target.exists() and not os.access(target, os.W_OK):
+                raise LedgerError("database_unavailable", f"SQLite file is read-only: {db.path}")
+        return
+    import psycopg
+    from psycopg import sql
+
+    try:
+        with psycopg.connect(db.psycopg_conninfo(), autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(db.schema)))
+    except psycopg.Error as e:
+        raise LedgerError(
+            "database_unavailable",
+            f"cannot reach PostgreSQL at {db.host}:{db.port}/{db.dbname}: {str(e).strip()}",
+        ) from e
+
+
+class ChatLedgerApp(Application[UUID]):
+    """Holds every aggregate type; replays with the fast projector; decodes with the msgspec mapper."""
+
+    name = APP_NAME
+
+    def __init__(self, env: dict[str, str] | None = None, payload_format: str = "json") -> None:
+        if payload_format not in FORMATS:
+            raise LedgerError("invalid_setting", f"unknown payload format {payload_format!r}")
+        self.payload_format = payload_format
+        super().__init__(env)
+
+    def construct_mapper(self) -> Mapper[UUID]:
+        return MsgspecMapper(
+            transcoder=None, compressor=self.factory.compressor(), cipher=self.factory.cipher(),
+            fmt=self.payload_format,
+        )
+
+    def load(self, aggregate_id: UUID, version: int | None = None) -> DeciderAggregate | None:
+        """The aggregate at its latest version (or at ``version``), or None when the stream is empty."""
+        try:
+            return self.repository.get(aggregate_id, version=version, projector_func=fast_project)
+        except AggregateNotFoundError:
+            return None
+
+    def stream(self, aggregate_id: UUID, gt: int | None = None, lte: int | None = None) -> list[Any]:
+        return list(self.events.get(aggregate_id, gt=gt, lte=lte))
+
+    def notifications(self, start: int, limit: int, stop: int | None = None) -> list[Notification]:
+        """Notifications with ids > start (global order), at most ``limit``."""
+        return self.recorder.select_notifications(start=start, limit=limit, stop=stop,
+                                                  inclusive_of_start=False)
+
+    def head(self) -> int:
+        return self.recorder.max_notification_id() or 0
+
+    def iter_events(self, start: int = 0, page: int = 500) -> Iterator[tuple[int, Any]]:
+        """Every event after notification ``start`` in global order, decoded, with its notification id."""
+        while True:
+            notes = self.notifications(start, page)
+            if not notes:
+                return
+            for n in notes:
+                yield n.id, self.mapper.to_domain_event(n)
+            start = notes[-1].id
+
+
+def open_app(url: str | None = None, payload_format: str | None = None) -> ChatLedgerApp:
+    """Open the ledger at ``url`` (default ``$CHAT_LEDGER_DB`` or ``sqlite:///chat-ledger.db``)."""
+    db = DatabaseURL.parse(resolve_url(url))
+    ensure_database(db)
+    fmt = payload_format or os.environ.get("CHAT_LEDGER_PAYLOAD_FORMAT", "json")
+    try:
+        return ChatLedgerApp(env=db.env(), payload_format=fmt)
+    except sqlite3.Error as e:  # pragma: no cover - depends on the file system
+        raise LedgerError("database_unavailable", f"cannot open SQLite database {db.path}: {e}") from e
+    except Exception as e:
+        if db.backend == "postgres" and type(e).__module__.startswith(("psycopg", "eventsourcing")):
+            raise LedgerError(
+                "database_unavailable", f"cannot open PostgreSQL at {db.host}:{db.port}/{db.dbname}: {e}"
+            ) from e
+        raise
