@@ -23,6 +23,7 @@ from ledger.chat.state import (
     ToolCall,
     has_clearable_history,
     has_compactable_history,
+    last_assistant_index,
     message_info,
     outstanding_tool_calls,
 )
@@ -136,6 +137,28 @@ class Draft:
         self.added: list[MessageInfo] = []
         self.policy = state.hook_allowed_tools
         self.queue = list(state.queue)
+        self._answered: set[str] | None = None  # calls of the latest assistant message with a result
+
+    def _check_results(self, msg: Message) -> None:
+        """A tool call is resolved at most once: a second result for a call of the latest assistant
+        message is refused, whoever submits it (a worker step, partial output, a prefix)."""
+        if msg.compressed:
+            return
+        if msg.role == "assistant":
+            self._answered = {p.tool_call_id for p in msg.parts if isinstance(p, ToolResultPart)}
+            return
+        if msg.role != "tool":
+            return
+        if self._answered is None:
+            calls = {c.tool_call_id for c in self.outstanding()}
+            i = last_assistant_index(self.state)
+            all_calls = {c.tool_call_id for c in self.state.messages[i].calls} if i >= 0 else set()
+            self._answered = all_calls - calls
+        for p in msg.parts:
+            if isinstance(p, ToolResultPart):
+                if p.tool_call_id in self._answered:
+                    raise LedgerError("tool_result_duplicate", "duplicate tool_call_id submitted")
+                self._answered.add(p.tool_call_id)
 
     def message(self, m: MessageInput, *, role: str | None = None, turn_id: UUID | None = None,
                 created_by: UUID | None = None, model_config_id: UUID | None = None,
@@ -147,6 +170,7 @@ class Draft:
             model_config_id=model_config_id or m.model_config_id, usage=m.usage,
             context_limit=m.context_limit, compressed=m.compressed, queued_message_id=queued_message_id,
         )
+        self._check_results(msg)
         self.next_id += 1
         self.added.append(message_info(msg, self.em.timestamp))
         return msg

@@ -1,0 +1,65 @@
+"""Builders that put a chat into each execution state through the real command handler."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from commands.handler import command_from_dict, execute
+from ledger.chat.aggregate import Chat
+
+ORG = "8a6f4d2e-1b3c-4d5e-8f70-000000000001"
+OWNER = "5b1d7e9a-2c4f-4a6b-9d8e-00000000a11c"
+WORKER = "7c2e9f1a-3b5d-4c7e-8a90-00000000f0c1"
+RUNNER = "7c2e9f1a-3b5d-4c7e-8a90-00000000f0c2"
+DYNAMIC_CALL = {"type": "tool-call", "tool_call_id": "call_dyn", "tool_name": "ask_user", "args": {"q": "which?"}}
+RESOLVE_DYNAMIC = {"role": "tool", "parts": [{"type": "tool-result", "tool_call_id": "call_dyn",
+                                              "tool_name": "ask_user", "result": "ok"}]}
+
+
+def run(app: Any, **command: Any) -> dict[str, Any]:
+    return execute(app, command_from_dict(command))
+
+
+def chat_state(app: Any, chat_id: str) -> Any:
+    agg = app.load(uuid.UUID(chat_id))
+    assert isinstance(agg, Chat)
+    return agg.state
+
+
+def new_running_chat(app: Any, owned: bool = True) -> str:
+    """R0, owned, whose latest assistant message has one pending dynamic call (``call_dyn``)."""
+    chat_id = run(app, type="create_chat", organization_id=ORG, owner_id=OWNER, text="hello",
+                  dynamic_tools=["ask_user"])["chat_id"]
+    if owned:
+        run(app, type="acquire", chat_id=chat_id, worker_id=WORKER, runner_id=RUNNER)
+    run(app, type="commit_step", chat_id=chat_id,
+        messages=[{"role": "assistant", "parts": [{"type": "text", "text": "let me ask"}, DYNAMIC_CALL]}])
+    return chat_id
+
+
+#: state -> steps from the R0 base chat
+RECIPES: dict[str, list[dict[str, Any]]] = {
+    "R0": [],
+    "R1": [{"type": "send_message", "text": "queued"}],
+    "W": [{"type": "finish_turn"}],
+    "E0": [{"type": "finish_error", "error": {"message": "boom"}}],
+    "E1": [{"type": "send_message", "text": "queued"}, {"type": "finish_error", "error": {"message": "boom"}}],
+    "I0": [{"type": "interrupt"}],
+    "I1": [{"type": "send_message", "text": "queued"}, {"type": "interrupt"}],
+    "A0": [{"type": "enter_requires_action"}],
+    "A1": [{"type": "enter_requires_action"}, {"type": "send_message", "text": "queued"}],
+    "XW": [{"type": "finish_turn"}, {"type": "set_archived", "archived": True}],
+    "XE0": [{"type": "finish_error", "error": {"message": "boom"}}, {"type": "set_archived", "archived": True}],
+    "XE1": [{"type": "send_message", "text": "queued"}, {"type": "finish_error", "error": {"message": "boom"}},
+            {"type": "set_archived", "archived": True}],
+}
+STATES = tuple(RECIPES)
+
+
+def chat_in(app: Any, state: str, owned: bool = True) -> str:
+    chat_id = new_running_chat(app, owned)
+    for step in RECIPES[state]:
+        run(app, chat_id=chat_id, **step)
+    assert chat_state(app, chat_id).execution_state == state
+    return chat_id

@@ -1,0 +1,277 @@
+"""Hypothesis drives random command sequences (every command type) through the real handler and checks,
+after every step: the execution state is valid; waiting implies an empty queue; the tool policy never
+widens; every tool call is resolved at most once; the state rebuilt by replay from the store equals the
+live (in-process) state; message ids are unique and increasing."""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from typing import Any
+
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precondition, rule
+
+import commands.uow as uow_module
+from commands.handler import command_from_dict, execute
+from ledger.chat.state import VALID_STATES, outstanding_tool_calls
+from ledger.chat.views import message_rows
+from ledger.errors import LedgerError
+from ledger.store import ChatLedgerApp
+
+ORG = uuid.UUID("8a6f4d2e-1b3c-4d5e-8f70-000000000001")
+USERS = [uuid.UUID(int=i) for i in range(1, 4)]
+TOOLS = ["read", "search", "execute", "ask_user", "pick"]
+DYNAMIC = ["ask_user", "pick"]
+texts = st.text(min_size=1, max_size=12)
+policies = st.none() | st.lists(st.sampled_from(TOOLS), max_size=4)
+prefixes = st.lists(st.builds(lambda t: {"role": "user", "visibility": "model", "parts": [{"type": "text", "text": t}]},
+                              texts), max_size=2)
+
+
+class LiveUnitOfWork(uow_module.UnitOfWork):
+    """Hands the handler copies of the live aggregates, and keeps what a successful command produced."""
+
+    live: dict[uuid.UUID, Any] = {}
+    last: LiveUnitOfWork | None = None
+
+    def get(self, aggregate_id):
+        if aggregate_id not in self._loaded:
+            if aggregate_id in self.live:
+                self._loaded[aggregate_id] = copy.deepcopy(self.live[aggregate_id])
+            else:
+                self._loaded[aggregate_id] = self.app.load(aggregate_id)
+        return self._loaded[aggregate_id]
+
+    def commit(self):
+        result = super().commit()
+        LiveUnitOfWork.last = self
+        return result
+
+
+class ChatMachine(RuleBasedStateMachine):
+    chats = Bundle("chats")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.app = ChatLedgerApp(env={"PERSISTENCE_MODULE": "eventsourcing.popo"})
+        self.live: dict[uuid.UUID, Any] = {}
+        LiveUnitOfWork.live = self.live
+        self._saved = uow_module.UnitOfWork
+        uow_module.UnitOfWork = LiveUnitOfWork  # type: ignore[misc]
+        self.policies: dict[uuid.UUID, Any] = {}
+        self.refusals = 0
+        self.minted = 0
+
+    def teardown(self) -> None:
+        uow_module.UnitOfWork = self._saved  # type: ignore[misc]
+        self.app.close()
+
+    def do(self, **command: Any) -> dict[str, Any] | None:
+        LiveUnitOfWork.last = None
+        try:
+            result = execute(self.app, command_from_dict(command))
+        except LedgerError as e:
+            assert e.code != "invalid_command" or "Title" in e.message, e
+            self.refusals += 1
+            return None
+        if LiveUnitOfWork.last is not None:
+            for agg_id, agg in LiveUnitOfWork.last._dirty.items():
+                self.live[agg_id] = agg
+        return result
+
+    def state(self, chat_id: uuid.UUID) -> Any:
+        return self.live[chat_id].state
+
+    # -- rules -------------------------------------------------------------------------------------------
+    @rule(target=chats, text=texts, owner=st.sampled_from(USERS), policy=policies,
+          dynamic=st.just(DYNAMIC) | st.lists(st.sampled_from(DYNAMIC), unique=True),
+          waiting=st.booleans(), data=st.data())
+    @precondition(lambda self: len(self.live) < 4)
+    def create(self, text, owner, policy, dynamic, waiting, data):
+        parent = None
+        if self.live and data.draw(st.booleans(), label="child"):
+            parent = data.draw(st.sampled_from(sorted(self.live)), label="parent")
+        self.minted += 1
+        minted = uuid.UUID(int=(1 << 100) + self.minted)
+        result = self.do(type="create_chat", chat_id=str(minted), organization_id=str(ORG), owner_id=str(owner), text=text,
+                         hook_allowed_tools=policy, dynamic_tools=dynamic,
+                         initial_status="waiting" if waiting else "running",
+                         parent_chat_id=str(parent) if parent else None)
+        if result is None:
+            return minted  # a refused child: an id that does not exist
+        chat_id = uuid.UUID(result["chat_id"])
+        self.policies[chat_id] = self.state(chat_id).hook_allowed_tools
+        return chat_id
+
+    @rule(chat=chats, text=texts, interrupt=st.booleans(), policy=policies, prefix=prefixes)
+    def send(self, chat, text, interrupt, policy, prefix):
+        self.do(type="send_message", chat_id=str(chat), text=text, busy_behavior="interrupt" if interrupt else "queue",
+                hook_allowed_tools=policy, prefix_messages=prefix)
+
+    @rule(chat=chats, message_id=st.integers(1, 30), text=texts, prefix=prefixes)
+    def edit(self, chat, message_id, text, prefix):
+        self.do(type="edit_message", chat_id=str(chat), message_id=message_id, text=text, prefix_messages=prefix)
+
+    @rule(chat=chats, qid=st.integers(1, 8), promote=st.booleans())
+    def queued(self, chat, qid, promote):
+        self.do(type="promote_queued_message" if promote else "delete_queued_message", chat_id=str(chat),
+                queued_message_id=qid)
+
+    @rule(chat=chats, reason=st.none() | texts)
+    def interrupt(self, chat, reason):
+        self.do(type="interrupt", chat_id=str(chat), reason=reason)
+
+    @rule(chat=chats, calls=st.lists(st.tuples(st.sampled_from(["c1", "c2", "c3"]), st.sampled_from(DYNAMIC + TOOLS)),
+                                     max_size=3, unique_by=lambda c: c[0]), text=texts)
+    def assistant_step(self, chat, calls, text):
+        parts = [{"type": "text", "text": text}] + [
+            {"type": "tool-call", "tool_call_id": cid, "tool_name": name, "args": {"n": i}}
+            for i, (cid, name) in enumerate(calls)]
+        self.do(type="commit_step", chat_id=str(chat), messages=[{"role": "assistant", "parts": parts}])
+
+    @rule(chat=chats, data=st.data(), consume=st.booleans())
+    def tool_results_step(self, chat, data, consume):
+        if chat not in self.live:
+            return
+        ids = [c.tool_call_id for c in outstanding_tool_calls(self.state(chat))] + ["c1", "zz"]
+        chosen = data.draw(st.lists(st.sampled_from(ids), min_size=1, max_size=3), label="results")
+        self.do(type="commit_step", chat_id=str(chat), consume_compaction_request=consume, messages=[
+            {"role": "tool", "parts": [{"type": "tool-result", "tool_call_id": cid, "tool_name": "read", "result": 1}]}
+            for cid in chosen])
+
+    @rule(chat=chats, data=st.data())
+    def complete_requires_action(self, chat, data):
+        if chat not in self.live:
+            return
+        pending = [c.tool_call_id for c in outstanding_tool_calls(self.state(chat), dynamic_only=True)]
+        results = data.draw(st.sampled_from([pending, pending[:1], pending + ["zz"], pending + pending[:1]]),
+                            label="results")
+        output = data.draw(st.sampled_from(['"ok"', "{bad"]), label="output")
+        self.do(type="complete_requires_action", chat_id=str(chat),
+                results=[{"tool_call_id": r, "output": output} for r in results])
+
+    @rule(chat=chats, partial=st.booleans())
+    def finish_interruption(self, chat, partial):
+        messages = []
+        if partial and chat in self.live:
+            messages = [{"role": "tool", "parts": [{"type": "tool-result", "tool_call_id": c.tool_call_id,
+                                                    "tool_name": c.tool_name, "result": "interrupted", "is_error": True}]}
+                        for c in outstanding_tool_calls(self.state(chat))]
+        self.do(type="finish_interruption", chat_id=str(chat), partial_messages=messages)
+
+    @rule(chat=chats, text=texts)
+    def progress(self, chat, text):
+        """What a well-behaved runner or user would do next, so runs reach deep states."""
+        if chat not in self.live:
+            return
+        s = self.state(chat)
+        st_ = s.execution_state
+        pending = outstanding_tool_calls(s)
+        dynamic = [c for c in pending if c.tool_name in s.dynamic_tools]
+        if st_[0] == "R" and dynamic and len(dynamic) == len(pending):
+            self.do(type="enter_requires_action", chat_id=str(chat))
+        elif st_[0] == "R" and pending:
+            self.do(type="commit_step", chat_id=str(chat), messages=[
+                {"role": "tool", "parts": [{"type": "tool-result", "tool_call_id": c.tool_call_id,
+                                            "tool_name": c.tool_name, "result": text}]}
+                for c in pending if c.tool_name not in s.dynamic_tools])
+        elif st_[0] == "R" and s.dynamic_tools and len(text) % 2:
+            self.do(type="commit_step", chat_id=str(chat), messages=[{"role": "assistant", "parts": [
+                {"type": "tool-call", "tool_call_id": f"d{s.version}", "tool_name": s.dynamic_tools[0], "args": {}}]}])
+        elif st_[0] == "R":
+            self.do(type="finish_turn", chat_id=str(chat))
+        elif st_[0] == "A":
+            self.do(type="complete_requires_action", chat_id=str(chat),
+                    results=[{"tool_call_id": c.tool_call_id, "output": '"done"'} for c in dynamic])
+        elif st_[0] == "I":
+            self.finish_interruption(chat, True)
+        else:
+            self.do(type="send_message", chat_id=str(chat), text=text)
+
+    @rule(chat=chats, message=texts)
+    def errors(self, chat, message):
+        self.do(type="finish_error", chat_id=str(chat), error={"message": message})
+        self.do(type="fail_idle", chat_id=str(chat), error=message)
+
+    @rule(chat=chats)
+    def retry_state(self, chat):
+        self.do(type="record_retry_state", chat_id=str(chat), retry_state={"attempt": 1})
+
+    @rule(chat=chats, archived=st.booleans())
+    def archive(self, chat, archived):
+        self.do(type="set_archived", chat_id=str(chat), archived=archived)
+
+    @rule(chat=chats, prefix=prefixes)
+    def end(self, chat, prefix):
+        self.do(type="end_chat", chat_id=str(chat), prefix_messages=prefix)
+
+    @rule(chat=chats, worker=st.sampled_from(USERS))
+    def acquire(self, chat, worker):
+        self.do(type="acquire", chat_id=str(chat), worker_id=str(worker), runner_id=str(uuid.uuid4()))
+
+    @rule(chat=chats, title=st.text(max_size=5))
+    def title(self, chat, title):
+        self.do(type="set_title", chat_id=str(chat), title=title)
+
+    # -- invariants -----------------------------------------------------------------------------------------
+    @invariant()
+    def execution_states_are_valid(self):
+        for chat_id, agg in self.live.items():
+            s = agg.state
+            assert s.execution_state in VALID_STATES, (chat_id, s.status, s.queue, s.archived)
+            if s.status == "waiting":
+                assert not s.queue
+
+    @invariant()
+    def policy_never_widens(self):
+        for chat_id, agg in self.live.items():
+            before, now = self.policies.get(chat_id), agg.state.hook_allowed_tools
+            if before is not None:
+                assert now is not None and set(now) <= set(before), (before, now)
+            self.policies[chat_id] = now
+
+    @invariant()
+    def replay_equals_live(self):
+        for chat_id, agg in self.live.items():
+            replayed = self.app.load(chat_id)
+            assert replayed.version == agg.version
+            assert replayed.state == agg.state
+
+    @invariant()
+    def message_ids_and_tool_results(self):
+        for chat_id in self.live:
+            rows = message_rows(self.app.stream(chat_id))
+            ids = [r["message_id"] for r in rows]
+            assert ids == list(range(1, len(ids) + 1))
+            answered: dict[str, int] = {}
+            calls: set[str] = set()
+            for r in rows:
+                if r["deleted"] or r["compressed"]:
+                    continue
+                if r["role"] == "assistant":
+                    calls = {p["tool_call_id"] for p in r["parts"] if p["type"] == "tool-call"}
+                    answered = {}
+                for p in r["parts"]:
+                    if p["type"] == "tool-result" and p["tool_call_id"] in calls:
+                        answered[p["tool_call_id"]] = answered.get(p["tool_call_id"], 0) + 1
+                        assert answered[p["tool_call_id"]] == 1, (chat_id, p["tool_call_id"])
+
+
+def _simple_rule(kind: str) -> Any:
+    def step(self: ChatMachine, chat: uuid.UUID) -> None:
+        self.do(type=kind, chat_id=str(chat))
+
+    step.__name__ = kind
+    return rule(chat=ChatMachine.chats)(step)
+
+
+# One rule each, so every command type is drawn as often as the others.
+for _kind in ("request_compaction", "clear_context", "enter_requires_action", "finish_turn", "abandon",
+              "record_generation_attempt", "cancel_requires_action"):
+    setattr(ChatMachine, _kind, _simple_rule(_kind))
+
+ChatMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=80, deadline=None,
+                                         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+TestChatMachine = ChatMachine.TestCase
