@@ -10,14 +10,10 @@ from typing import Any, Union
 
 import msgspec
 
-import commands.chat  # noqa: F401  (registers chat commands)
+import commands.chat  # noqa: F401  (registers the chat commands)
+import commands.conversation  # noqa: F401  (registers the conversation commands)
 from commands.base import HANDLERS, Command, command_type
 from ledger.errors import LedgerError, invalid_command
-
-try:  # the conversation feature registers its own commands when present
-    import commands.conversation  # noqa: F401
-except ImportError:  # pragma: no cover
-    pass
 
 
 @functools.cache
