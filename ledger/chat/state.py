@@ -13,7 +13,7 @@ from uuid import UUID
 
 import msgspec
 
-from ledger.chat.values import ChatError, Message, QueuedPrompt, ToolCallPart, ToolResultPart
+from ledger.chat.values import ChatError, Message, QueuedPrompt, ToolCallPart, ToolResultPart, Usage
 
 #: tool names whose call/result marks a context boundary (compaction summary, cleared context)
 BOUNDARY_TOOLS = frozenset({"chat_summarized", "chat_cleared"})
@@ -27,7 +27,15 @@ class ToolCall(msgspec.Struct, frozen=True, array_like=True):
     args: dict[str, Any] = {}
 
 
+class ToolResultInfo(msgspec.Struct, frozen=True, array_like=True):
+    tool_call_id: str
+    tool_name: str
+    is_error: bool
+
+
 class MessageInfo(msgspec.Struct, array_like=True):
+    """What decisions need of one message (its body stays in the event that inserted it)."""
+
     message_id: int
     role: str
     visibility: str
@@ -36,24 +44,30 @@ class MessageInfo(msgspec.Struct, array_like=True):
     compressed: bool
     deleted: bool
     calls: list[ToolCall]
-    result_ids: list[str]
+    results: list[ToolResultInfo]
     boundary: bool
     created_at: datetime
+    usage: Usage | None = None
+    context_limit: int | None = None
+
+    @property
+    def result_ids(self) -> list[str]:
+        return [r.tool_call_id for r in self.results]
 
 
 def message_info(m: Message, at: datetime) -> MessageInfo:
     calls: list[ToolCall] = []
-    results: list[str] = []
+    results: list[ToolResultInfo] = []
     boundary = False
     for p in m.parts:
         if isinstance(p, ToolCallPart):
             calls.append(ToolCall(p.tool_call_id, p.tool_name, p.provider_executed, p.args))
             boundary = boundary or p.tool_name in BOUNDARY_TOOLS
         elif isinstance(p, ToolResultPart):
-            results.append(p.tool_call_id)
+            results.append(ToolResultInfo(p.tool_call_id, p.tool_name, p.is_error))
             boundary = boundary or p.tool_name in BOUNDARY_TOOLS
     return MessageInfo(m.message_id, m.role, m.visibility, m.turn_id, m.model_config_id, m.compressed, False, calls, results,
-                       boundary and m.compressed, at)
+                       boundary and m.compressed, at, m.usage, m.context_limit)
 
 
 class ChatState(msgspec.Struct, kw_only=True):
