@@ -16,9 +16,8 @@ import click
 import msgspec
 
 from commands.handler import command_from_dict, decode_command, execute
-from commands.queries import chat_ids, load_chat
+from commands.queries import load_chat
 from ledger.chat.views import show as show_chat
-from ledger.chat.views import status_row
 from ledger.errors import LedgerError
 from ledger.store import open_app, redact, resolve_url
 
@@ -279,30 +278,6 @@ def parse_uuid(value: str, what: str = "chat id") -> UUID:
 
 
 @main.command()
-@click.argument("chat_id", required=False)
-@click.option("--org", default=None, help="Only this organization's chats.")
-@click.option("--status", "status_filter", default=None,
-              type=click.Choice(["waiting", "running", "interrupting", "requires_action", "error"]))
-@json_flag
-@pass_ctx
-def status(c: Ctx, chat_id: str | None, org: str | None, status_filter: str | None, as_json: bool) -> None:
-    """Chat status: one chat, or every chat (filters --org, --status)."""
-    if chat_id:
-        rows = [status_row(load_chat(c.app, parse_uuid(chat_id)).state)]
-    else:
-        rows = [status_row(load_chat(c.app, cid).state) for cid in chat_ids(c.app)]
-    if org:
-        rows = [r for r in rows if r["organization_id"] == str(parse_uuid(org, "organization id"))]
-    if status_filter:
-        rows = [r for r in rows if r["status"] == status_filter]
-    if as_json:
-        for r in rows:
-            emit_json(r)
-    else:
-        print_table(rows, STATUS_COLUMNS)
-
-
-@main.command()
 @click.argument("chat_id")
 @click.option("--at", "at_version", type=int, default=None, help="The chat as it was at this stream version.")
 @json_flag
@@ -352,6 +327,7 @@ def _summary(parts: list[dict[str, Any]]) -> str:
 
 
 # demo and the other command groups register themselves on import
+from commands import cli_views as _views  # noqa: E402,F401
 from commands import demo as _demo  # noqa: E402,F401
 
 

@@ -1,0 +1,46 @@
+"""Read models: pure projections (event -> row operations), SQL backends, catch-up/follow/rebuild.
+
+Typical use by a command::
+
+    from projections import open_backend, catch_up
+    with open_backend(url) as backend:
+        catch_up(app, ChatStatus(), backend)
+        rows = backend.query("chat_status", "status", where={"organization_id": org}, order_by="-updated_at")
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from projections.backend import Build, Diff, Reader, SqlBackend, Switch, TableDiff
+from projections.engine import (
+    BIGINT, BOOLEAN, COLUMN_TYPES, BuildsNotAligned, INTEGER, JSON, REAL, TEXT, TIMESTAMP, Column, Delete, DeleteWhere, MemoryStore,
+    PositionConflict, Projection, ProjectionError, RowOp, Rows, Table, Update, UpdateWhere, Upsert,
+)
+from projections.runner import (
+    Follower, ProjectionStatus, RebuildResult, catch_up, follow, maintained_version, rebuild, status,
+)
+
+
+def open_backend(url: Any) -> SqlBackend:
+    """The projection backend for a ledger database URL (str or ``ledger.store.DatabaseURL``): the
+    views live beside the events (same SQLite file; same Postgres database and schema)."""
+    from ledger.store import DatabaseURL, resolve_url
+
+    db = url if isinstance(url, DatabaseURL) else DatabaseURL.parse(resolve_url(url))
+    if db.backend == "sqlite":
+        from projections.sqlite import SqliteBackend
+
+        return SqliteBackend(db.path)
+    from projections.postgres import PostgresBackend
+
+    return PostgresBackend(db.psycopg_conninfo(), db.schema)
+
+
+__all__ = [
+    "BIGINT", "BOOLEAN", "COLUMN_TYPES", "INTEGER", "JSON", "REAL", "TEXT", "TIMESTAMP",
+    "Build", "BuildsNotAligned", "Column", "Delete", "DeleteWhere", "Diff", "Follower", "MemoryStore", "PositionConflict",
+    "Projection", "ProjectionError", "ProjectionStatus", "Reader", "RebuildResult", "RowOp", "Rows",
+    "SqlBackend", "Switch", "Table", "TableDiff", "Update", "UpdateWhere", "Upsert",
+    "catch_up", "follow", "maintained_version", "open_backend", "rebuild", "status",
+]

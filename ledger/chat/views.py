@@ -32,7 +32,17 @@ def to_jsonable(v: Any) -> Any:
     return msgspec.to_builtins(v)
 
 
+def json_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as JSON output shows it: UUIDs as strings, timestamps as RFC 3339 UTC strings."""
+    return {k: _s(v) for k, v in row.items()}
+
+
 def status_row(s: ChatState) -> dict[str, Any]:
+    return json_row(status_values(s))
+
+
+def status_values(s: ChatState) -> dict[str, Any]:
+    """The ``status`` row with typed values (timestamps as datetimes), as the view stores it."""
     return {
         "chat_id": str(s.chat_id),
         "organization_id": str(s.organization_id),
@@ -45,8 +55,8 @@ def status_row(s: ChatState) -> dict[str, Any]:
         "archived": s.archived,
         "queue_length": len(s.queue),
         "last_error": to_jsonable(s.last_error) if s.last_error else None,
-        "requires_action_deadline_at": _s(s.requires_action_deadline_at),
-        "compaction_requested_at": _s(s.compaction_requested_at),
+        "requires_action_deadline_at": s.requires_action_deadline_at,
+        "compaction_requested_at": s.compaction_requested_at,
         "hook_allowed_tools": list(s.hook_allowed_tools) if s.hook_allowed_tools is not None else None,
         "model_config_id": _s(s.model_config_id),
         "turn_id": _s(s.turn_id),
@@ -56,7 +66,7 @@ def status_row(s: ChatState) -> dict[str, Any]:
         "runner_id": _s(s.runner_id),
         "message_count": len(s.messages),
         "version": s.version,
-        "updated_at": _s(s.updated_at),
+        "updated_at": s.updated_at,
     }
 
 
@@ -72,6 +82,10 @@ def tool_call_execution_ids(chat_id: UUID, assistant_message_id: int, provider_i
 
 
 def unresolved_rows(s: ChatState) -> list[dict[str, Any]]:
+    return [json_row(r) for r in unresolved_values(s)]
+
+
+def unresolved_values(s: ChatState) -> list[dict[str, Any]]:
     """Unresolved tool calls of the latest assistant message (reference §5.1, GEN's rule)."""
     calls = outstanding_tool_calls(s, count_own_results=False)
     if not calls:
@@ -88,17 +102,17 @@ def unresolved_rows(s: ChatState) -> list[dict[str, Any]]:
             "kind": "dynamic" if c.tool_name in dynamic else "local",
             "execution_id": _s(ids.get(c.tool_call_id)),
             "args": to_jsonable(c.args),
-            "since": _s(assistant.created_at),
+            "since": assistant.created_at,
         }
         for c in calls
     ]
 
 
-def queue_row(chat_id: UUID, rank: int, q: QueuedPrompt) -> dict[str, Any]:
+def queue_row(chat_id: UUID, q: QueuedPrompt) -> dict[str, Any]:
     return {
         "chat_id": str(chat_id),
         "queued_message_id": q.queued_message_id,
-        "position": rank,
+        "position": q.position,
         "created_by": str(q.created_by),
         "text": message_text(q.parts),
         "turn_id": str(q.turn_id),
@@ -109,8 +123,9 @@ def queue_row(chat_id: UUID, rank: int, q: QueuedPrompt) -> dict[str, Any]:
 
 
 def queue_rows(s: ChatState) -> list[dict[str, Any]]:
-    """Queued prompts head first; ``position`` is the 1-based place in the queue."""
-    return [queue_row(s.chat_id, i + 1, q) for i, q in enumerate(s.queue)]
+    """Queued prompts head first. ``position`` orders the queue (lowest first; promote-to-head gives
+    the old lowest minus one), as chatd's ``chat_queued_messages.position``."""
+    return [queue_row(s.chat_id, q) for q in s.queue]
 
 
 def message_rows(events: Iterable[Any]) -> list[dict[str, Any]]:

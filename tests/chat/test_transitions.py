@@ -57,7 +57,7 @@ def test_head_order_promote_to_head_and_delete(memory_app):
     run(memory_app, type="promote_queued_message", chat_id=chat_id, queued_message_id=3)
     s = chat_state(memory_app, chat_id)
     assert [q["text"] for q in queue_rows(s)] == ["c", "a", "b"]
-    assert [q["position"] for q in queue_rows(s)] == [1, 2, 3]
+    assert [q["position"] for q in queue_rows(s)] == [0, 1, 2]  # the old lowest position minus one
     assert s.execution_state == "I1"  # R1: promotion interrupts; the boundary promotes the head
     run(memory_app, type="delete_queued_message", chat_id=chat_id, queued_message_id=1)
     with pytest.raises(LedgerError) as err:

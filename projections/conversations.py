@@ -1,0 +1,43 @@
+"""The ``conversations`` view: one row per Codex-style conversation (status Running/Quiet/Stalled,
+restartable, box count, current job, pending steer, last sequence), folded like the chat views."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ledger.conversation import events as cev
+from ledger.conversation.evolve import evolve
+from ledger.conversation.queries import conversation_view_row
+from projections.engine import BIGINT, BOOLEAN, INTEGER, TEXT, TIMESTAMP, Column, Projection, RowOp, Rows, Table, Upsert
+from projections.folding import StreamFold
+
+CONVERSATION_TOPICS = tuple(sorted(
+    cls.TOPIC for cls in vars(cev).values()
+    if isinstance(cls, type) and cls.__dict__.get("TOPIC", "").startswith("chat-ledger:conversation.")
+    and hasattr(cls, "__dataclass_fields__")))
+
+
+class ConversationsView(Projection):
+    name = "conversations"
+    version = 1
+    topics = CONVERSATION_TOPICS
+    tables = [Table("conversations", [
+        Column("conversation_id", TEXT), Column("session", TEXT, False), Column("status", TEXT, False),
+        Column("restartable", BOOLEAN, False), Column("stall_message", TEXT), Column("halted", BOOLEAN, False),
+        Column("box_count", INTEGER, False), Column("queued_count", INTEGER, False), Column("current_job", BIGINT),
+        Column("pending_steer", BOOLEAN, False), Column("last_sequence", BIGINT, False),
+        Column("submitted", INTEGER, False), Column("version", BIGINT, False), Column("updated_at", TIMESTAMP, False),
+    ], primary_key=["conversation_id"], indexes=[["status"]])]
+
+    def __init__(self, app: Any) -> None:
+        self.fold = StreamFold(app, evolve, cev.ConversationStarted)
+
+    def apply(self, event: Any, rows: Rows) -> Iterable[RowOp]:
+        state = self.fold.after(event, self.fold.before(event))
+        row = {"conversation_id": str(event.originator_id), **conversation_view_row(state),
+               "version": event.originator_version, "updated_at": event.timestamp}
+        return [Upsert("conversations", row)]
+
+
+def conversation_projections(app: Any) -> list[Projection]:
+    return [ConversationsView(app)]

@@ -1,0 +1,140 @@
+"""PostgreSQL backend (psycopg 3 + psycopg_pool): the views live in the events' database and schema.
+
+* A small connection pool (autocommit connections; every unit of work is an explicit transaction). The
+  pool checks a connection before lending it, so a connection the server terminated is replaced
+  instead of failing the next batch.
+* Writes: ``SELECT ... FOR UPDATE`` on the tracking row serializes writers of one build; DDL and
+  switches also take a transaction-scoped advisory lock (concurrent ``CREATE TABLE IF NOT EXISTS`` can
+  otherwise collide in the catalog).
+* Bulk rows: small batches are upserted with a pipelined ``executemany``; large ones are ``COPY``-ed
+  into a temporary table and merged with one ``INSERT ... SELECT ... ON CONFLICT`` statement.
+* Reads run in ``REPEATABLE READ READ ONLY`` transactions (one snapshot per ``reading`` block).
+* Types: text is ``COLLATE "C"`` (byte order: the same order as SQLite and Python), json is ``jsonb``,
+  timestamps are ``timestamptz`` (read back in UTC).
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any, Iterator
+
+import msgspec
+import psycopg
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+from projections.backend import SqlBackend, _identity, _q
+from projections.engine import BIGINT, BOOLEAN, INTEGER, JSON, REAL, TEXT, TIMESTAMP, Column, Table
+
+_DDL = {TEXT: 'text COLLATE "C"', INTEGER: "integer", BIGINT: "bigint", BOOLEAN: "boolean",
+        REAL: "double precision", JSON: "jsonb", TIMESTAMP: "timestamptz"}
+
+
+def _utc(v: datetime) -> datetime:
+    return v.astimezone(timezone.utc)
+
+
+_encode_json = msgspec.json.Encoder().encode
+
+
+def _jsonb(v: Any) -> Jsonb:
+    return Jsonb(v, dumps=_encode_json)
+
+
+_ENCODERS = {JSON: _jsonb}
+_DECODERS = {TIMESTAMP: _utc, REAL: float}
+
+#: From this many rows on, upserts go through COPY + one merge statement.
+COPY_THRESHOLD = 200
+
+
+class PostgresBackend(SqlBackend):
+    kind = "postgres"
+
+    def __init__(self, conninfo: str, schema: str = "public", pool_size: int = 4,
+                 cache_rows: int = 100_000) -> None:
+        super().__init__(cache_rows)
+        self.conninfo = conninfo
+        self.schema = schema
+        self.pool = ConnectionPool(conninfo, min_size=1, max_size=pool_size, open=True,
+                                   kwargs={"autocommit": True}, check=ConnectionPool.check_connection,
+                                   name=f"projections-{schema}")
+        try:
+            self.pool.wait(timeout=15)
+            with self.pool.connection() as conn:
+                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {_q(schema)}")
+            self.ensure_meta()
+        except BaseException:
+            self.pool.close()
+            raise
+
+    @contextmanager
+    def _write_tx(self) -> Iterator[psycopg.Cursor[Any]]:
+        with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            yield cur
+
+    @contextmanager
+    def _read_tx(self) -> Iterator[psycopg.Cursor[Any]]:
+        with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield cur
+
+    def _lock_tracking(self, cur: Any) -> None:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"chat-ledger projections {self.schema}",))
+
+    def _qualify(self, name: str) -> str:
+        return f"{_q(self.schema)}.{_q(name)}"
+
+    def _ddl_type(self, col: Column) -> str:
+        return _DDL[col.type]
+
+    def _encoder(self, col: Column) -> Any:
+        return _ENCODERS.get(col.type, _identity)
+
+    def _decoder(self, col: Column) -> Any:
+        return _DECODERS.get(col.type, _identity)
+
+    def _decode_ts(self, v: Any) -> datetime:
+        return _utc(v)
+
+    def _encode_definition(self, definition: str) -> Any:
+        return Jsonb(json.loads(definition))
+
+    def _upsert_rows(self, cur: Any, table: Table, name: str, rows: list[dict[str, Any]]) -> None:
+        if len(rows) < COPY_THRESHOLD:
+            return super()._upsert_rows(cur, table, name, rows)
+        # COPY into a temporary copy of the table (dropped at commit), then merge in one statement.
+        stage = _q(f"stage_{name}")
+        cols = table.column_names
+        collist = ", ".join(map(_q, cols))
+        cur.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {stage} "
+                    f"(LIKE {self._qualify(name)} INCLUDING DEFAULTS) ON COMMIT DROP")
+        encode = self._row_encoder(table)
+        with cur.copy(f"COPY {stage} ({collist}) FROM STDIN") as copy:
+            for r in rows:
+                copy.write_row(encode(r))
+        rest = [c for c in cols if c not in table.primary_key]
+        action = ("DO UPDATE SET " + ", ".join(f"{_q(c)} = excluded.{_q(c)}" for c in rest)) if rest else "DO NOTHING"
+        cur.execute(f"INSERT INTO {self._qualify(name)} ({collist}) SELECT {collist} FROM {stage} "
+                    f"ON CONFLICT ({', '.join(map(_q, table.primary_key))}) {action}")
+        cur.execute(f"DROP TABLE {stage}")
+
+    def _meta_ddl(self) -> list[str]:
+        t, l, s = (self._qualify(n) for n in ("projection_tracking", "projection_live", "projection_switches"))
+        return [
+            f"CREATE TABLE IF NOT EXISTS {t} (projection text NOT NULL, version integer NOT NULL, "
+            "definition_version integer NOT NULL, fingerprint text NOT NULL, definition jsonb NOT NULL, "
+            "position bigint NOT NULL, writer text, created_at timestamptz NOT NULL, updated_at timestamptz NOT NULL, "
+            "PRIMARY KEY (projection, version))",
+            f"CREATE TABLE IF NOT EXISTS {l} (projection text PRIMARY KEY, version integer NOT NULL, "
+            "switched_at timestamptz NOT NULL)",
+            f"CREATE TABLE IF NOT EXISTS {s} (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
+            "projection text NOT NULL, from_version integer, to_version integer NOT NULL, position bigint NOT NULL, "
+            "switched_at timestamptz NOT NULL, mode text NOT NULL, diff_digest text, diff_rows bigint, "
+            "accepted_with_diff boolean NOT NULL)",
+        ]
+
+    def close(self) -> None:
+        self.pool.close()
