@@ -328,6 +328,7 @@ def _summary(parts: list[dict[str, Any]]) -> str:
 
 # demo and the other command groups register themselves on import
 from commands import cli_views as _views  # noqa: E402,F401
+from commands import cli_conversation as _conversation  # noqa: E402,F401
 from commands import demo as _demo  # noqa: E402,F401
 
 
