@@ -1,7 +1,10 @@
 """Chat commands (CONTRACT §3): one Struct per command type and the handlers that run them.
 
 A handler loads the chat (and, for family operations, its relatives), asks the pure ``decide`` for
-events, records them and returns the CONTRACT §4 result. Repeating a command with an idempotency key
+events, records them and returns the CONTRACT §4 result. Model configs: ``create_chat`` always reads the
+organization's catalog and the deployment (membership, model selection); other commands read the catalog
+only when ``decide`` asks for it (``ModelFactsNeeded``: an explicit model to validate, a queue promotion
+to re-resolve), through the application's aggregate cache, and decide again with the facts. Repeating a command with an idempotency key
 already recorded on the chat returns the first result, rebuilt from the events that command recorded.
 """
 
@@ -13,8 +16,10 @@ from uuid import UUID, uuid4, uuid5
 import msgspec
 
 from commands.base import Command, handles
+from commands.catalog import load_model_facts
 from commands.uow import UnitOfWork, run
 from ledger.base import Emitter
+from ledger.catalog.resolve import ModelFacts, ModelFactsNeeded
 from ledger.chat import decide as d
 from ledger.chat import events as ev
 from ledger.chat.aggregate import Chat
@@ -180,17 +185,23 @@ class SetTitle(Command, tag="set_title", kw_only=True):
 def chat_result(state: ChatState, events: list[Any]) -> dict[str, Any]:
     """CONTRACT §4: the chat's state after the command plus what the command inserted."""
     message_ids: list[int] = []
+    result_family: list[str] | None = None
     queued: int | None = None
     promoted: int | None = None
+    resolution: Any = None
     for e in events:
         if e.originator_id != state.chat_id:
             continue
         for m in getattr(e, "messages", ()) or ():
             message_ids.append(m.message_id)
+        if isinstance(e, (ev.ArchivedSet, ev.ChatEnded)) and e.cascaded_from is None:
+            result_family = [str(c) for c in e.cascaded_to]
         if isinstance(e, ev.PromptQueued):
             queued = e.prompt.queued_message_id
         elif isinstance(e, ev.QueuedPromptPromoted):
             promoted = e.queued_message_id
+        if getattr(e, "model_resolution", None) is not None:
+            resolution = e.model_resolution
     result: dict[str, Any] = {
         "chat_id": str(state.chat_id),
         "status": state.status,
@@ -207,6 +218,10 @@ def chat_result(state: ChatState, events: list[Any]) -> dict[str, Any]:
         result["queued_message_id"] = queued
     if promoted is not None:
         result["promoted_queued_message_id"] = promoted
+    if resolution is not None:
+        result["model_resolution"] = msgspec.to_builtins(resolution)
+    if result_family is not None:
+        result["family_chat_ids"] = result_family
     return result
 
 
@@ -227,12 +242,30 @@ def _emitter(uow: UnitOfWork, agg: Chat | None, chat_id: UUID, cmd: Command) -> 
     return Emitter(chat_id, agg.version if agg else 0, uow.now, cmd.idempotency_key, cmd.actor)
 
 
-def on_chat(app: Any, cmd: Any, decide: Callable[[ChatState, Emitter], list[Any]]) -> dict[str, Any]:
+def chat_model_facts(uow: UnitOfWork, state: ChatState, explicit: UUID | None = None) -> ModelFacts:
+    """What resolving a model on this chat may need: its organization's catalog and the owners of the ids
+    in play that the catalog lacks (the explicit one, the chat's, the queued prompts')."""
+    ids = [explicit, state.model_config_id, *(q.model_config_id for q in state.queue)]
+    return load_model_facts(uow, state.organization_id, ids)
+
+
+def on_chat(app: Any, cmd: Any, decide: Callable[..., list[Any]], *, models: bool = False,
+            explicit: UUID | None = None) -> dict[str, Any]:
+    """Run ``decide(state, em)`` (or, with ``models``, ``decide(state, em, facts)``: first without facts,
+    again with them when it raises ``ModelFactsNeeded``) on the command's chat and record the events."""
+
     def work(uow: UnitOfWork) -> dict[str, Any]:
         chat = _load_chat(uow, cmd.chat_id)
         if cmd.idempotency_key is not None and cmd.idempotency_key in chat.state.idempotency:
             return _repeat_result(app, chat, cmd.idempotency_key)
-        events = decide(chat.state, _emitter(uow, chat, chat.id, cmd))
+        if not models:
+            events = decide(chat.state, _emitter(uow, chat, chat.id, cmd))
+        else:
+            try:
+                events = decide(chat.state, _emitter(uow, chat, chat.id, cmd), None)
+            except ModelFactsNeeded:
+                facts = chat_model_facts(uow, chat.state, explicit)
+                events = decide(chat.state, _emitter(uow, chat, chat.id, cmd), facts)
         uow.record(chat, events)
         return chat_result(chat.state, events)
 
@@ -263,11 +296,15 @@ def create_chat(app: Any, cmd: CreateChat) -> dict[str, Any]:
             root = _load_chat(uow, parent.state.root_chat_id)
             if root.state.archived:
                 raise LedgerError("chat_family_archived", "chat family is archived")
+        explicit = cmd.model_config_id or message.model_config_id
+        facts = load_model_facts(uow, cmd.organization_id,
+                                 [explicit, parent.state.model_config_id if parent else None], deployment=True)
         events = d.create_chat(
             _emitter(uow, None, chat_id, cmd), chat_topic=Chat.TOPIC, organization_id=cmd.organization_id,
             owner_id=cmd.owner_id, parent=parent.state if parent else None, title=cmd.title, message=message,
             model_config_id=cmd.model_config_id, hook_allowed_tools=cmd.hook_allowed_tools,
             dynamic_tools=list(cmd.dynamic_tools), initial_status=cmd.initial_status, turn_id=cmd.turn_id,
+            models=facts,
         )
         if parent is not None:
             uow.record(parent, d.child_created(_emitter(uow, parent, parent.id, cmd), parent.state, chat_id))
@@ -280,19 +317,21 @@ def create_chat(app: Any, cmd: CreateChat) -> dict[str, Any]:
 @handles(SendMessage)
 def send_message(app: Any, cmd: SendMessage) -> dict[str, Any]:
     message = cmd.user_message()
-    return on_chat(app, cmd, lambda s, em: d.send_message(
+    return on_chat(app, cmd, lambda s, em, m: d.send_message(
         s, em, message=message, busy_behavior=cmd.busy_behavior, prefix_messages=cmd.prefix_messages,
         hook_allowed_tools=cmd.hook_allowed_tools, model_config_id=cmd.model_config_id,
-        turn_id=cmd.turn_id, created_by=cmd.created_by))
+        turn_id=cmd.turn_id, created_by=cmd.created_by, models=m),
+        models=True, explicit=cmd.model_config_id or message.model_config_id)
 
 
 @handles(EditMessage)
 def edit_message(app: Any, cmd: EditMessage) -> dict[str, Any]:
     message = cmd.user_message()
-    return on_chat(app, cmd, lambda s, em: d.edit_message(
+    return on_chat(app, cmd, lambda s, em, m: d.edit_message(
         s, em, message_id=cmd.message_id, message=message, created_by=cmd.created_by,
         prefix_messages=cmd.prefix_messages, suffix_messages=cmd.suffix_messages,
-        model_config_id=cmd.model_config_id, turn_id=cmd.turn_id))
+        model_config_id=cmd.model_config_id, turn_id=cmd.turn_id, models=m),
+        models=True, explicit=cmd.model_config_id or message.model_config_id)
 
 
 @handles(DeleteQueuedMessage)
@@ -302,12 +341,13 @@ def delete_queued_message(app: Any, cmd: DeleteQueuedMessage) -> dict[str, Any]:
 
 @handles(PromoteQueuedMessage)
 def promote_queued_message(app: Any, cmd: PromoteQueuedMessage) -> dict[str, Any]:
-    return on_chat(app, cmd, lambda s, em: d.promote_queued_message(s, em, queued_message_id=cmd.queued_message_id))
+    return on_chat(app, cmd, lambda s, em, m: d.promote_queued_message(
+        s, em, queued_message_id=cmd.queued_message_id, models=m), models=True)
 
 
 @handles(Interrupt)
 def interrupt(app: Any, cmd: Interrupt) -> dict[str, Any]:
-    return on_chat(app, cmd, lambda s, em: d.interrupt(s, em, reason=cmd.reason))
+    return on_chat(app, cmd, lambda s, em, m: d.interrupt(s, em, reason=cmd.reason, models=m), models=True)
 
 
 @handles(CompleteRequiresAction)
@@ -325,7 +365,6 @@ _SIMPLE: dict[type, Callable[[ChatState, Emitter], list[Any]]] = {
     RequestCompaction: d.request_compaction,
     ClearContext: d.clear_context,
     EnterRequiresAction: d.enter_requires_action,
-    FinishTurn: d.finish_turn,
     Abandon: d.abandon,
     RecordGenerationAttempt: d.record_generation_attempt,
 }
@@ -336,6 +375,11 @@ def simple(app: Any, cmd: Any) -> dict[str, Any]:
     return on_chat(app, cmd, _SIMPLE[type(cmd)])
 
 
+@handles(FinishTurn)
+def finish_turn(app: Any, cmd: FinishTurn) -> dict[str, Any]:
+    return on_chat(app, cmd, d.finish_turn, models=True)
+
+
 @handles(CommitStep)
 def commit_step(app: Any, cmd: CommitStep) -> dict[str, Any]:
     return on_chat(app, cmd, lambda s, em: d.commit_step(
@@ -344,7 +388,8 @@ def commit_step(app: Any, cmd: CommitStep) -> dict[str, Any]:
 
 @handles(FinishInterruption)
 def finish_interruption(app: Any, cmd: FinishInterruption) -> dict[str, Any]:
-    return on_chat(app, cmd, lambda s, em: d.finish_interruption(s, em, partial_messages=cmd.partial_messages))
+    return on_chat(app, cmd, lambda s, em, m: d.finish_interruption(
+        s, em, partial_messages=cmd.partial_messages, models=m), models=True)
 
 
 @handles(FinishError)
@@ -392,18 +437,17 @@ def set_archived(app: Any, cmd: SetArchived) -> dict[str, Any]:
         if cmd.idempotency_key is not None and cmd.idempotency_key in root.state.idempotency:
             return _repeat_result(app, root, cmd.idempotency_key)
         d.check_family_archive(root.state, cmd.archived)
-        events = d.set_archived(root.state, _emitter(uow, root, root.id, cmd), archived=cmd.archived)
         changed = []
         for member in _descendants(uow, root):
             member_events = d.set_archived(member.state, _emitter(uow, member, member.id, cmd),
                                            archived=cmd.archived, cascaded_from=root.id)
             if member_events:
-                changed.append(member)
+                changed.append(member.id)
                 uow.record(member, member_events)
+        events = d.set_archived(root.state, _emitter(uow, root, root.id, cmd), archived=cmd.archived,
+                                cascaded_to=changed)
         uow.record(root, events)
-        result = chat_result(root.state, events)
-        result["family_chat_ids"] = [str(m.id) for m in changed]
-        return result
+        return chat_result(root.state, events)
 
     return run(app, work)
 
@@ -416,17 +460,13 @@ def end_chat(app: Any, cmd: EndChat) -> dict[str, Any]:
         chat = _load_chat(uow, cmd.chat_id)
         if cmd.idempotency_key is not None and cmd.idempotency_key in chat.state.idempotency:
             return _repeat_result(app, chat, cmd.idempotency_key)
-        events = d.end_chat(chat.state, _emitter(uow, chat, chat.id, cmd), prefix_messages=cmd.prefix_messages)
-        ended = []
-        for member in _descendants(uow, chat):
-            if member.state.archived:
-                continue
+        members = [m for m in _descendants(uow, chat) if not m.state.archived]
+        events = d.end_chat(chat.state, _emitter(uow, chat, chat.id, cmd), prefix_messages=cmd.prefix_messages,
+                            cascaded_to=[m.id for m in members])
+        for member in members:
             uow.record(member, d.end_chat(member.state, _emitter(uow, member, member.id, cmd),
                                           cascaded_from=chat.id))
-            ended.append(member)
         uow.record(chat, events)
-        result = chat_result(chat.state, events)
-        result["family_chat_ids"] = [str(m.id) for m in ended]
-        return result
+        return chat_result(chat.state, events)
 
     return run(app, work)

@@ -330,6 +330,11 @@ def _summary(parts: list[dict[str, Any]]) -> str:
 from commands import cli_views as _views  # noqa: E402,F401
 from commands import cli_conversation as _conversation  # noqa: E402,F401
 from commands import demo as _demo  # noqa: E402,F401
+from commands import cli_catalog as _cli_catalog  # noqa: E402,F401
+from commands import cli_generation  # noqa: E402,F401
+from commands import bench as _bench  # noqa: E402,F401
+
+_bench._register()
 
 
 if __name__ == "__main__":  # pragma: no cover

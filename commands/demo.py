@@ -23,11 +23,23 @@ def scenario_files(folder: Path = SCENARIOS) -> list[Path]:
 
 
 def fresh_ids(lines: list[str]) -> tuple[list[str], dict[str, str]]:
-    """Give the scenario's chats new ids, so the demo records new chats on every run."""
-    chat_ids = {json.loads(l)["chat_id"] for l in lines if l.strip() and '"create_chat"' in l
-                and "chat_id" in json.loads(l)}
+    """Give the scenario's chats, organizations and model configs new ids, so the demo records new ones on
+    every run. The mapping returned is that of the chats."""
+    chat_ids: set[str] = set()
+    other_ids: set[str] = set()
+    for line in lines:
+        if not line.strip():
+            continue
+        obj = json.loads(line)
+        if obj.get("type") == "create_chat" and "chat_id" in obj:
+            chat_ids.add(obj["chat_id"])
+        if obj.get("type") == "create_model_config" and obj.get("model_config_id"):
+            other_ids.add(obj["model_config_id"])
+        if obj.get("organization_id"):
+            other_ids.add(obj["organization_id"])
     mapping = {old: str(uuid.uuid4()) for old in chat_ids}
-    return [_UUID.sub(lambda m: mapping.get(m.group(0), m.group(0)), l) for l in lines], mapping
+    every = {**{old: str(uuid.uuid4()) for old in other_ids}, **mapping}
+    return [_UUID.sub(lambda m: every.get(m.group(0), m.group(0)), l) for l in lines], mapping
 
 
 def _expected_refusals(path: Path) -> dict[str, str] | None:

@@ -10,8 +10,10 @@ from typing import Any, Union
 
 import msgspec
 
+import commands.catalog  # noqa: F401  (registers the catalog and deployment commands)
 import commands.chat  # noqa: F401  (registers the chat commands)
 import commands.conversation  # noqa: F401  (registers the conversation commands)
+import commands.toolcalls  # noqa: F401  (registers the tool-call execution commands)
 from commands.base import HANDLERS, Command, command_type
 from ledger.errors import LedgerError, invalid_command
 

@@ -125,7 +125,9 @@ class MsgspecMapper(Mapper):
                         raise CodecError(f"no upcaster upcast_v{version}_v{version + 1}")
                     upcast(raw)
                     version += 1
-                state = msgspec.structs.asdict(msgspec.convert(raw, payload_shape(cls), strict=False))
+                # Decode the upcast state exactly as a current payload would be (same strict rules).
+                again = msgspec.json.encode(raw) if is_json else msgspec.msgpack.encode(raw)
+                state = msgspec.structs.asdict(decoder.decode(again))
         except CodecError as e:
             raise CodecError(f"cannot decode {topic} (class_version {current}){where}: {e}") from e
         except (msgspec.DecodeError, msgspec.ValidationError) as e:

@@ -10,22 +10,28 @@ with it under concurrent writers.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
+from copy import deepcopy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 from urllib.parse import parse_qs, unquote, urlsplit
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.application import AggregateNotFoundError, Application, Repository
 from eventsourcing.persistence import Mapper, Notification
+from eventsourcing.utils import strtobool
 
 from ledger.base import DeciderAggregate, fast_project
 from ledger.codec import FORMATS, MsgspecMapper
 from ledger.errors import LedgerError
 
 DEFAULT_URL = "sqlite:///chat-ledger.db"
+_SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 APP_NAME = "chatledger"
+#: size of the cache of catalog-type aggregates when ``AGGREGATE_CACHE_MAXSIZE`` is not set
+DEFAULT_CACHE_MAXSIZE = 1024
 
 
 @dataclass(frozen=True)
@@ -60,10 +66,18 @@ class DatabaseURL:
                     "invalid_database_url",
                     f"PostgreSQL URL must name a host and a database: {redact(url)!r}",
                 )
+            try:
+                port = parts.port
+            except ValueError:
+                raise LedgerError("invalid_database_url",
+                                  f"invalid port in PostgreSQL URL {redact(url)!r}") from None
             query = parse_qs(parts.query)
             schema = query.get("schema", ["public"])[0] or "public"
+            if not _SCHEMA.match(schema):
+                raise LedgerError("invalid_database_url",
+                                  f"invalid schema name {schema!r}: use lower-case letters, digits and _")
             return cls(
-                url=url, backend="postgres", host=parts.hostname, port=parts.port or 5432,
+                url=url, backend="postgres", host=parts.hostname, port=port or 5432,
                 user=unquote(parts.username or "postgres"), password=unquote(parts.password or ""),
                 dbname=dbname, schema=schema,
             )
@@ -127,7 +141,19 @@ def ensure_database(db: DatabaseURL) -> None:
 
 
 class ChatLedgerApp(Application[UUID]):
-    """Holds every aggregate type; replays with the fast projector; decodes with the msgspec mapper."""
+    """Holds every aggregate type; replays with the fast projector; decodes with the msgspec mapper.
+
+    Two repositories over the one event store: ``repository`` (chats, conversations, ...) never caches,
+    because chats are many and each command reads its chat once; ``cached_repository`` serves ``load_cached``
+    for the small, hot, rarely-written aggregates that model resolution reads on every command that
+    resolves a model (organization catalogs, the deployment, model config claims). It is the library's
+    repository cache, configured by the library's settings: ``AGGREGATE_CACHE_MAXSIZE`` (default here
+    1024; ``<= 0`` unbounded), ``AGGREGATE_CACHE_FASTFORWARD`` (default ``y``: every read first applies the
+    events recorded since the cached version, by any process, so a cached aggregate is exactly current at
+    the cost of one indexed select) and ``AGGREGATE_CACHE_FASTFORWARD_SKIPPING``. With fast-forward off, the
+    cache only sees this process's writes. Readers get the cached object, commands a deep copy (always:
+    an attempt that fails after recording must not leave its events in the cache).
+    """
 
     name = APP_NAME
 
@@ -136,6 +162,44 @@ class ChatLedgerApp(Application[UUID]):
             raise LedgerError("invalid_setting", f"unknown payload format {payload_format!r}")
         self.payload_format = payload_format
         super().__init__(env)
+        self.cached_repository = self.construct_cached_repository()
+
+    def construct_repository(self) -> Repository[UUID]:
+        return Repository(event_store=self.events, snapshot_store=self.snapshots)
+
+    def construct_cached_repository(self) -> Repository[UUID]:
+        maxsize = self.env.get(self.AGGREGATE_CACHE_MAXSIZE)
+        return Repository(
+            event_store=self.events,
+            snapshot_store=self.snapshots,
+            cache_maxsize=int(maxsize) if maxsize else DEFAULT_CACHE_MAXSIZE,
+            fastforward=strtobool(self.env.get(self.AGGREGATE_CACHE_FASTFORWARD, "y")),
+            fastforward_skipping=strtobool(self.env.get(self.AGGREGATE_CACHE_FASTFORWARD_SKIPPING, "n")),
+            deepcopy_from_cache=False,  # load_cached copies when asked
+        )
+
+    def load_cached(self, aggregate_id: UUID, copy: bool = True) -> DeciderAggregate | None:
+        """The aggregate at its latest version through the cache, or None when the stream is empty.
+
+        ``copy=False`` returns the cached object itself: for readers that never change it (it is
+        fast-forwarded in place by a later read). Commands that record on it take a copy.
+        """
+        try:
+            aggregate = self.cached_repository.get(aggregate_id, projector_func=fast_project,
+                                                   deepcopy_from_cache=False)
+        except AggregateNotFoundError:
+            return None
+        return deepcopy(aggregate) if copy else aggregate
+
+    def save(self, *objs: Any, **kwargs: Any) -> Any:
+        recordings = super().save(*objs, **kwargs)
+        repo = getattr(self, "cached_repository", None)
+        if repo is not None and repo.cache is not None and not repo.fastforward:
+            # Without fast-forward the cache learns of writes only here (as the library does for its own).
+            for obj in objs:
+                if getattr(type(obj), "CACHED", False):
+                    repo.cache.put(obj.id, obj)
+        return recordings
 
     def construct_mapper(self) -> Mapper[UUID]:
         return MsgspecMapper(
@@ -172,16 +236,34 @@ class ChatLedgerApp(Application[UUID]):
             start = notes[-1].id
 
 
+#: Held while the library creates its tables: concurrent CREATE ... IF NOT EXISTS statements on one
+#: PostgreSQL schema otherwise fail with "tuple concurrently updated".
+_DDL_LOCK = 0x63686174  # "chat"
+
+
 def open_app(url: str | None = None, payload_format: str | None = None) -> ChatLedgerApp:
     """Open the ledger at ``url`` (default ``$CHAT_LEDGER_DB`` or ``sqlite:///chat-ledger.db``)."""
+    import ledger.registry  # noqa: F401  (every event class is known before anything is read)
+
     db = DatabaseURL.parse(resolve_url(url))
     ensure_database(db)
     fmt = payload_format or os.environ.get("CHAT_LEDGER_PAYLOAD_FORMAT", "json")
     try:
+        if db.backend == "postgres":
+            import psycopg
+
+            with psycopg.connect(db.psycopg_conninfo(), autocommit=True) as conn:
+                conn.execute("SELECT pg_advisory_lock(%s)", (_DDL_LOCK,))
+                try:
+                    return ChatLedgerApp(env=db.env(), payload_format=fmt)
+                finally:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (_DDL_LOCK,))
         return ChatLedgerApp(env=db.env(), payload_format=fmt)
     except sqlite3.Error as e:  # pragma: no cover - depends on the file system
         raise LedgerError("database_unavailable", f"cannot open SQLite database {db.path}: {e}") from e
     except Exception as e:
+        if db.backend == "sqlite" and type(e).__module__.startswith("eventsourcing"):
+            raise LedgerError("database_unavailable", f"cannot open SQLite database {db.path}: {e}") from e
         if db.backend == "postgres" and type(e).__module__.startswith(("psycopg", "eventsourcing")):
             raise LedgerError(
                 "database_unavailable", f"cannot open PostgreSQL at {db.host}:{db.port}/{db.dbname}: {e}"

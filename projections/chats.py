@@ -7,10 +7,11 @@ changed, a delete of what is gone. So the views hold exactly the rows computed f
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Iterable
+from typing import Any, ClassVar, Iterable, Iterator, Mapping
 
 from ledger.chat import events as ev
 from ledger.chat.evolve import evolve
+from ledger.chat.state import last_assistant_index, outstanding_tool_calls
 from ledger.chat.views import queue_row, status_values, unresolved_values
 from projections.engine import BIGINT, BOOLEAN, INTEGER, JSON, TEXT, TIMESTAMP, Column, Delete, Projection, RowOp, Rows, Table, Upsert
 from projections.folding import StreamFold
@@ -75,7 +76,43 @@ class ChatStatusView(ChatStateProjection):
 
     def apply(self, event: Any, rows: Rows) -> Iterable[RowOp]:
         state = self.fold.after(event, self.fold.before(event))
-        return [Upsert("status", status_values(state))]
+        return [Upsert("status", StatusRow(state))]
+
+
+class StatusRow(Mapping[str, Any]):
+    """The status row of a chat, computed from its folded state when the batch first reads or writes it.
+
+    The fold updates a chat's state in place, so when a batch holds many events of one chat, the row is
+    computed once, from the state after the last of them — the row the batch must leave — instead of
+    once per event (rows of a batch are written once per key, last write wins)."""
+
+    __slots__ = ("state", "_values")
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+        self._values: dict[str, Any] | None = None
+
+    def _row(self) -> dict[str, Any]:
+        if self._values is None:
+            self._values = status_values(self.state)
+        return self._values
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "chat_id" and self._values is None:
+            return self.state.chat_id
+        return self._row()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._row())
+
+    def __len__(self) -> int:
+        return len(self._row())
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._row().get(key, default)
+
+    def keys(self) -> Any:
+        return self._row().keys()
 
 
 class UnresolvedToolCallsView(ChatStateProjection):
@@ -89,8 +126,38 @@ class UnresolvedToolCallsView(ChatStateProjection):
         Column("args", JSON), Column("since", TIMESTAMP, False),
     ], primary_key=["chat_id", "tool_call_id"])]
 
+    def apply(self, event: Any, rows: Rows) -> Iterable[RowOp]:
+        before = self.fold.before(event)
+        if not isinstance(event, self.watched):
+            self.fold.after(event, before)
+            return []
+        old_sig = _outstanding(before) if before is not None else None
+        after = self.fold.after(event, before)
+        new_sig = _outstanding(after)
+        if new_sig == old_sig:
+            return []  # the latest assistant message and its open calls are unchanged: so are the rows
+        # Rows of one assistant message's call never change while it stays open: delete the calls no
+        # longer open, insert the newly open ones.
+        chat_id = str(event.originator_id)
+        same_message = old_sig is not None and new_sig is not None and old_sig[0] == new_sig[0]
+        kept = set(old_sig[1:]) if same_message else set()
+        new_ids = set(new_sig[1:]) if new_sig else set()
+        ops: list[RowOp] = [Delete("calls", (chat_id, cid)) for cid in (old_sig[1:] if old_sig else ())
+                            if cid not in new_ids or not same_message]
+        ops.extend(Upsert("calls", row) for row in unresolved_values(after) if row["tool_call_id"] not in kept)
+        return ops
+
     def keys(self, state: Any) -> dict[Any, dict[str, Any]]:
         return {(r["chat_id"], r["tool_call_id"]): r for r in unresolved_values(state)}
+
+
+def _outstanding(state: Any) -> tuple[Any, ...] | None:
+    """What the unresolved rows of a chat depend on: the latest assistant message and its open calls."""
+    i = last_assistant_index(state)
+    if i < 0:
+        return None
+    calls = outstanding_tool_calls(state, count_own_results=False)
+    return (state.messages[i].message_id, *(c.tool_call_id for c in calls)) if calls else None
 
 
 class ChatQueueView(ChatStateProjection):

@@ -480,6 +480,9 @@ class ViewState:
         self.known = cache.rows if cache is not None else {}
         self.complete = cache.complete if cache is not None else set()
         self.dirty: dict[str, set[tuple[Any, ...]]] = {name: set() for name in self.tables}
+        # Upserted rows not normalized yet: a key upserted by many events of one batch (a chat's status
+        # row) is normalized once, when it is read or flushed, not once per event.
+        self._raw: set[tuple[str, tuple[Any, ...]]] = set()
         self._ops = {Upsert: self._upsert, Update: self._update_op, Delete: self._delete,
                      DeleteWhere: self._delete_where, UpdateWhere: self._update_where}
 
@@ -499,6 +502,8 @@ class ViewState:
     def _get(self, t: Table, k: tuple[Any, ...]) -> dict[str, Any] | None:
         ck = (t.name, k)
         if ck in self.known:
+            if ck in self._raw:
+                return self._normalized(t, ck)
             return self.known[ck]
         if t.name in self.complete:
             return None
@@ -525,8 +530,21 @@ class ViewState:
         handler(self.table(op.table), op)
 
     def _upsert(self, t: Table, op: Upsert) -> None:
-        row = t.normalize_row(op.row)
-        self._set(t, t.key_of(row), row)
+        row = op.row
+        try:
+            k = t.normalize_key(tuple([row[c] for c in t.primary_key]))
+        except KeyError as e:
+            raise ProjectionError(f"table {t.name}: upsert without key column {e}") from None
+        ck = (t.name, k)
+        self.known[ck] = row
+        self._raw.add(ck)
+        self.dirty[t.name].add(k)
+
+    def _normalized(self, t: Table, ck: tuple[str, tuple[Any, ...]]) -> dict[str, Any]:
+        row = t.normalize_row(self.known[ck])  # type: ignore[arg-type]
+        self.known[ck] = row
+        self._raw.discard(ck)
+        return row
 
     def _update_op(self, t: Table, op: Update) -> None:
         self._update(t, t.normalize_key(op.key), t.normalize_changes(op.changes))
@@ -549,7 +567,9 @@ class ViewState:
             self._set(t, k, {**current, **changes})
 
     def _set(self, t: Table, k: tuple[Any, ...], row: dict[str, Any] | None) -> None:
-        self.known[(t.name, k)] = row
+        ck = (t.name, k)
+        self.known[ck] = row
+        self._raw.discard(ck)
         self.dirty[t.name].add(k)
 
     def flush(self) -> None:
@@ -559,7 +579,8 @@ class ViewState:
             t = self.tables[name]
             deletes, upserts = [], []
             for k in keys:
-                row = self.known[(name, k)]
+                ck = (name, k)
+                row = self._normalized(t, ck) if ck in self._raw else self.known[ck]
                 if row is None:
                     deletes.append(k)
                 else:

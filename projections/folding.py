@@ -18,7 +18,7 @@ from uuid import UUID
 
 
 class StreamFold:
-    def __init__(self, app: Any, evolve: Callable[[Any, Any], Any], created: type, max_streams: int = 20_000) -> None:
+    def __init__(self, app: Any, evolve: Callable[[Any, Any], Any], created: type, max_streams: int = 1_000) -> None:
         self.app = app
         self.evolve = evolve
         self.created = created

@@ -5,6 +5,13 @@ transition matrix first, then the transition's own preconditions, then builds it
 ``Emitter`` (consecutive versions, the command's timestamp). Ids are decided here, deterministically:
 message ids continue the chat's sequence, default turn ids are uuid5 of the chat and the message (or
 queued prompt) that starts the turn, so replay never needs a clock or a random source.
+
+Model configs (reference §6): decide reads no other stream. A command that may resolve a model (create;
+an explicit model on send/edit; a queue promotion) takes ``models``, the ``ModelFacts`` its handler read
+(the chat organization's catalog, the deployment, the owners of foreign ids). When a command turns out
+to resolve a model and was given no facts, decide raises ``ModelFactsNeeded``; the handler reads them and
+decides again, so commands that resolve nothing never touch the catalog. Every resolution is recorded in
+the event that uses it (``model_resolution``).
 """
 
 from __future__ import annotations
@@ -15,6 +22,10 @@ from typing import Any
 from uuid import UUID, uuid5
 
 from ledger.base import Emitter
+from ledger.catalog.resolve import (
+    ModelFacts, ModelFactsNeeded, resolve_kept, select_for_create, validate_explicit,
+)
+from ledger.catalog.values import ModelResolution
 from ledger.chat import events as ev
 from ledger.chat.state import (
     MAX_QUEUE_SIZE,
@@ -130,14 +141,31 @@ class Draft:
     """The messages a command inserts, in order, with ids continuing the chat's sequence, and the
     message index as it will be after them (for rules that look at the batch itself)."""
 
-    def __init__(self, state: ChatState, em: Emitter) -> None:
+    def __init__(self, state: ChatState, em: Emitter, models: ModelFacts | None = None) -> None:
         self.state = state
         self.em = em
+        self.models = models
         self.next_id = state.next_message_id
         self.added: list[MessageInfo] = []
         self.policy = state.hook_allowed_tools
         self.queue = list(state.queue)
         self._answered: set[str] | None = None  # calls of the latest assistant message with a result
+
+    def facts(self) -> ModelFacts:
+        if self.models is None:
+            raise ModelFactsNeeded()
+        return self.models
+
+    def explicit(self, model_config_id: UUID | None) -> ModelResolution | None:
+        """An explicitly chosen model, validated against the chat's organization; None when none given."""
+        if model_config_id is None:
+            return None
+        return validate_explicit(self.facts(), model_config_id)
+
+    def kept(self) -> ModelResolution | None:
+        """The chat keeps its model (validated at generation time, ``resolve_model``)."""
+        mid = self.state.model_config_id
+        return ModelResolution(model_config_id=mid, source="chat_model") if mid is not None else None
 
     def _check_results(self, msg: Message) -> None:
         """A tool call is resolved at most once: a second result for a call of the latest assistant
@@ -220,12 +248,18 @@ class Draft:
     def promote_head(self) -> None:
         """Promote the queue head: its hook prefix (stamped with its turn id) then the prompt; its tool
         policy applied; its row deleted (reference §4)."""
-        head = self.queue.pop(0)
+        head = self.queue[0]
+        # Re-resolve the queued model (reference §6.3): kept when usable in the chat's organization, else
+        # the organization's usable default; none refuses the promotion (no_default_model).
+        if head.model_config_id is not None:
+            resolution = resolve_kept(self.facts(), head.model_config_id, "explicit")
+        else:
+            resolution = resolve_kept(self.facts(), self.state.model_config_id, "chat_model")
+        self.queue.pop(0)
         prefix = self.messages(head.hook_prefix, turn_id=head.turn_id)
         prompt = self.message(
             MessageInput(role="user", parts=head.parts), role="user", visibility="both",
-            turn_id=head.turn_id, created_by=head.created_by,
-            model_config_id=head.model_config_id or self.state.model_config_id,
+            turn_id=head.turn_id, created_by=head.created_by, model_config_id=resolution.model_config_id,
             queued_message_id=head.queued_message_id,
         )
         before = self.policy
@@ -234,7 +268,7 @@ class Draft:
             ev.QueuedPromptPromoted, queued_message_id=head.queued_message_id, turn_id=head.turn_id,
             prompt_message_id=prompt.message_id, messages=prefix + [prompt],
             hook_allowed_tools=head.hook_allowed_tools, tool_policy_before=before, tool_policy=self.policy,
-            model_config_id=head.model_config_id,
+            model_config_id=resolution.model_config_id, model_resolution=resolution,
         )
 
     def finish_interruption(self, partial: list[MessageInput], *, unowned: bool = False) -> None:
@@ -252,7 +286,8 @@ class Draft:
 def create_chat(em: Emitter, *, chat_topic: str, organization_id: UUID, owner_id: UUID,
                 parent: ChatState | None, title: str | None, message: MessageInput,
                 model_config_id: UUID | None, hook_allowed_tools: list[str] | None,
-                dynamic_tools: list[str], initial_status: str, turn_id: UUID | None) -> list[Any]:
+                dynamic_tools: list[str], initial_status: str, turn_id: UUID | None,
+                models: ModelFacts | None = None) -> list[Any]:
     if message.role != "user":
         raise transition_not_allowed("CreateChat", "N", "initial messages must include at least one message")
     if initial_status not in ("running", "waiting"):
@@ -266,19 +301,26 @@ def create_chat(em: Emitter, *, chat_topic: str, organization_id: UUID, owner_id
         if parent.organization_id != organization_id:
             raise invalid_command("a child chat must belong to its parent's organization")
         root_chat_id = parent.root_chat_id
+    if models is None:
+        raise ModelFactsNeeded()
+    if models.organization_id != organization_id:
+        raise ValueError("model facts are for another organization")
+    resolution = select_for_create(
+        models, owner_id=owner_id, explicit=model_config_id or message.model_config_id,
+        parent_model_config_id=parent.model_config_id if parent else None, is_child=parent is not None)
     turn = turn_id or turn_id_for(em.originator_id, "message", 1)
     first = Message(message_id=1, role="user", parts=message.parts, visibility=message.visibility,
                     turn_id=turn, created_by=message.created_by or owner_id,
-                    model_config_id=model_config_id or message.model_config_id, usage=message.usage,
+                    model_config_id=resolution.model_config_id, usage=message.usage,
                     context_limit=message.context_limit)
     em.emit(
         ev.ChatCreated, originator_topic=chat_topic, organization_id=organization_id, owner_id=owner_id,
         parent_chat_id=parent.chat_id if parent else None, root_chat_id=root_chat_id,
         title=normalize_title(title) if title is not None else fallback_title(message.parts),
         status=initial_status, turn_id=turn, messages=[first],
-        model_config_id=model_config_id or message.model_config_id,
+        model_config_id=resolution.model_config_id,
         hook_allowed_tools=None if hook_allowed_tools is None else list(dict.fromkeys(hook_allowed_tools)),
-        dynamic_tools=dynamic_tools,
+        dynamic_tools=dynamic_tools, model_resolution=resolution,
     )
     return em.events
 
@@ -295,31 +337,34 @@ def child_created(em: Emitter, parent: ChatState, child_chat_id: UUID) -> list[A
 def send_message(state: ChatState, em: Emitter, *, message: MessageInput, busy_behavior: str = "queue",
                  prefix_messages: list[MessageInput] = (), hook_allowed_tools: list[str] | None = None,  # type: ignore[assignment]
                  model_config_id: UUID | None = None, turn_id: UUID | None = None,
-                 created_by: UUID | None = None) -> list[Any]:
+                 created_by: UUID | None = None, models: ModelFacts | None = None) -> list[Any]:
     if message.role != "user":
         raise invalid_command("SendMessage requires a user message")
     if busy_behavior not in ("queue", "interrupt"):
         raise invalid_command("invalid BusyBehavior")
     interrupt = busy_behavior == "interrupt"
     st = require(state, "SendMessageInterrupt" if interrupt else "SendMessage")
-    d = Draft(state, em)
+    d = Draft(state, em, models)
+    explicit = model_config_id or message.model_config_id
+    chosen = d.explicit(explicit)
     prefix = list(prefix_messages)
     if st in ("W", "E0"):
+        resolution = chosen or d.kept()
         d.cancel(NEW_USER_MESSAGE)
         turn = turn_id or turn_id_for(state.chat_id, "message", d.next_id + len(prefix))
         pre = d.messages(prefix, turn_id=turn)
         prompt = d.message(message, turn_id=turn, created_by=created_by or message.created_by or state.owner_id,
-                           model_config_id=model_config_id or message.model_config_id or state.model_config_id)
+                           model_config_id=explicit or state.model_config_id)
         em.emit(ev.TurnStarted, cause="send", turn_id=turn, prompt_message_id=prompt.message_id,
                 messages=pre + [prompt], hook_allowed_tools=hook_allowed_tools,
                 tool_policy_before=state.hook_allowed_tools,
                 tool_policy=narrow_tool_policy(state.hook_allowed_tools, hook_allowed_tools),
-                model_config_id=model_config_id or message.model_config_id)
+                model_config_id=explicit, model_resolution=resolution)
         return em.events
     if st.startswith("A") and interrupt:
         d.cancel(USER_MESSAGE, dynamic_only=True)
     d.queue_prompt(message, created_by=created_by, turn_id=turn_id, prefix=prefix,
-                   hook_allowed_tools=hook_allowed_tools, model_config_id=model_config_id)
+                   hook_allowed_tools=hook_allowed_tools, model_config_id=explicit)
     if st == "E1":
         d.cancel(QUEUED_PROMOTION)
         d.promote_head()
@@ -338,7 +383,8 @@ def send_message(state: ChatState, em: Emitter, *, message: MessageInput, busy_b
 def edit_message(state: ChatState, em: Emitter, *, message_id: int, message: MessageInput,
                  created_by: UUID | None, prefix_messages: list[MessageInput] = (),  # type: ignore[assignment]
                  suffix_messages: list[MessageInput] = (),  # type: ignore[assignment]
-                 model_config_id: UUID | None = None, turn_id: UUID | None = None) -> list[Any]:
+                 model_config_id: UUID | None = None, turn_id: UUID | None = None,
+                 models: ModelFacts | None = None) -> list[Any]:
     require(state, "EditMessage")
     idx = message_id - 1
     if not (0 <= idx < len(state.messages)) or state.messages[idx].deleted:
@@ -346,10 +392,13 @@ def edit_message(state: ChatState, em: Emitter, *, message_id: int, message: Mes
     target = state.messages[idx]
     if target.role != "user":
         raise LedgerError("edited_message_not_user", "only user messages can be edited")
+    explicit = model_config_id or message.model_config_id
+    resolution = Draft(state, em, models).explicit(explicit)
     deleted = [m.message_id for m in state.messages[idx:] if not m.deleted]
     em.emit(ev.MessageEdited, edited_message_id=message_id, deleted_message_ids=deleted,
             deleted_queued_message_ids=[q.queued_message_id for q in state.queue])
-    d = Draft(state, em)
+    d = Draft(state, em, models)
+    resolution = resolution or d.kept()
     d.queue = []
     # The cancellation rule sees the history as it is after the soft-delete.
     remaining = state.messages[:idx]
@@ -368,12 +417,12 @@ def edit_message(state: ChatState, em: Emitter, *, message_id: int, message: Mes
     pre = d.messages(prefix, turn_id=turn)
     replacement = d.message(message, role="user", visibility=target.visibility, turn_id=turn,
                             created_by=created_by or message.created_by or state.owner_id,
-                            model_config_id=model_config_id or target.model_config_id)
+                            model_config_id=explicit or state.model_config_id)
     suffix = d.messages(list(suffix_messages), turn_id=turn)
     em.emit(ev.TurnStarted, cause="edit", turn_id=turn, prompt_message_id=replacement.message_id,
             messages=pre + [replacement] + suffix, hook_allowed_tools=None,
             tool_policy_before=state.hook_allowed_tools, tool_policy=state.hook_allowed_tools,
-            model_config_id=model_config_id)
+            model_config_id=explicit, model_resolution=resolution)
     return em.events
 
 
@@ -391,10 +440,11 @@ def delete_queued_message(state: ChatState, em: Emitter, *, queued_message_id: i
     return em.events
 
 
-def promote_queued_message(state: ChatState, em: Emitter, *, queued_message_id: int) -> list[Any]:
+def promote_queued_message(state: ChatState, em: Emitter, *, queued_message_id: int,
+                           models: ModelFacts | None = None) -> list[Any]:
     st = require(state, "PromoteQueuedMessage")
     target = _find_queued(state, queued_message_id)
-    d = Draft(state, em)
+    d = Draft(state, em, models)
     lowest = min(q.position for q in state.queue)
     if target.position > lowest:
         em.emit(ev.QueuedPromptMovedToHead, queued_message_id=queued_message_id, position=lowest - 1)
@@ -410,17 +460,18 @@ def promote_queued_message(state: ChatState, em: Emitter, *, queued_message_id: 
 
 # -- interrupt, requires-action -------------------------------------------------------------------------
 
-def interrupt(state: ChatState, em: Emitter, *, reason: str | None = None) -> list[Any]:
+def interrupt(state: ChatState, em: Emitter, *, reason: str | None = None,
+              models: ModelFacts | None = None) -> list[Any]:
     reason = reason or INTERRUPTED_BY_USER
     st = state.execution_state
     if st in ("I0", "I1") and not state.owned:
         # TR-B: an unowned interruption is finished by whoever asks again.
-        d = Draft(state, em)
+        d = Draft(state, em, models)
         d.cancel(reason)
         d.finish_interruption([], unowned=True)
         return em.events
     st = require(state, "Interrupt")
-    d = Draft(state, em)
+    d = Draft(state, em, models)
     if st[0] == "A":
         d.cancel(reason, dynamic_only=True)
         em.emit(ev.InterruptRequested, reason=reason)
@@ -476,7 +527,7 @@ def cancel_requires_action(state: ChatState, em: Emitter, *, reason: str | None 
     reason = reason or TIMED_OUT
     d = Draft(state, em)
     if not d.outstanding(dynamic_only=True):
-        raise LedgerError("no_pending_dynamic_tool_calls", "no pending dynamic tool calls to cancel")
+        raise LedgerError("no_pending_dynamic_tool_calls", "no pending dynamic tool calls")
     d.cancel(reason, dynamic_only=True)
     em.emit(ev.RequiresActionCanceled, reason=reason)
     return em.events
@@ -520,9 +571,9 @@ def commit_step(state: ChatState, em: Emitter, *, messages: list[MessageInput],
     return em.events
 
 
-def finish_turn(state: ChatState, em: Emitter) -> list[Any]:
+def finish_turn(state: ChatState, em: Emitter, models: ModelFacts | None = None) -> list[Any]:
     st = require(state, "FinishTurn")
-    d = Draft(state, em)
+    d = Draft(state, em, models)
     if st == "R1":
         d.cancel(QUEUED_PROMOTION)
     em.emit(ev.TurnFinished, messages=[])
@@ -531,9 +582,10 @@ def finish_turn(state: ChatState, em: Emitter) -> list[Any]:
     return em.events
 
 
-def finish_interruption(state: ChatState, em: Emitter, *, partial_messages: list[MessageInput] = ()) -> list[Any]:  # type: ignore[assignment]
+def finish_interruption(state: ChatState, em: Emitter, *, partial_messages: list[MessageInput] = (),  # type: ignore[assignment]
+                        models: ModelFacts | None = None) -> list[Any]:
     require(state, "FinishInterruption")
-    Draft(state, em).finish_interruption(list(partial_messages))
+    Draft(state, em, models).finish_interruption(list(partial_messages))
     return em.events
 
 
@@ -579,7 +631,7 @@ def clear_context(state: ChatState, em: Emitter) -> list[Any]:
 
 
 def end_chat(state: ChatState, em: Emitter, *, prefix_messages: list[MessageInput] = (),  # type: ignore[assignment]
-             cascaded_from: UUID | None = None) -> list[Any]:
+             cascaded_from: UUID | None = None, cascaded_to: list[UUID] = ()) -> list[Any]:  # type: ignore[assignment]
     st = state.execution_state
     if cascaded_from is not None and st == "Invalid":
         raise LedgerError("invalid_state", "chat is in an invalid execution state")
@@ -588,12 +640,13 @@ def end_chat(state: ChatState, em: Emitter, *, prefix_messages: list[MessageInpu
     d.cancel(CHAT_ENDED)
     msgs = d.messages(list(prefix_messages), turn_id=state.turn_id)
     em.emit(ev.ChatEnded, messages=msgs, deleted_queued_message_ids=[q.queued_message_id for q in state.queue],
-            cascaded_from=cascaded_from)
+            cascaded_from=cascaded_from, cascaded_to=list(cascaded_to))
     d.cancel(CHAT_ENDED)  # calls carried in the batch itself
     return em.events
 
 
-def set_archived(state: ChatState, em: Emitter, *, archived: bool, cascaded_from: UUID | None = None) -> list[Any]:
+def set_archived(state: ChatState, em: Emitter, *, archived: bool, cascaded_from: UUID | None = None,
+                 cascaded_to: list[UUID] = ()) -> list[Any]:  # type: ignore[assignment]
     """One member of a family archive. The root's own checks are in ``check_family_archive``."""
     if state.archived == archived:
         return em.events  # a member already matching is left as it is
@@ -602,7 +655,7 @@ def set_archived(state: ChatState, em: Emitter, *, archived: bool, cascaded_from
         raise LedgerError("invalid_state", "chat is in an invalid execution state")
     if st not in MATRIX["SetArchived"]:
         raise transition_not_allowed("SetArchived", st, f"chat {state.chat_id}" if cascaded_from else None)
-    em.emit(ev.ArchivedSet, archived=archived, cascaded_from=cascaded_from)
+    em.emit(ev.ArchivedSet, archived=archived, cascaded_from=cascaded_from, cascaded_to=list(cascaded_to))
     return em.events
 
 

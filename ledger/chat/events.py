@@ -8,11 +8,13 @@ Schema changes bump ``class_version`` and add an ``upcast_vN_vN+1`` static metho
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 from uuid import UUID
 
 from ledger.base import LedgerCreated, LedgerEvent
+from ledger.catalog.values import ModelResolution
 from ledger.chat.values import ChatError, Message, QueuedPrompt
 
 
@@ -21,7 +23,11 @@ class ChatEvent(LedgerEvent):
 
 
 class ChatCreated(LedgerCreated, ChatEvent):
-    """A chat was created with its first messages (CreateChat: N -> R0, or W with initial status waiting)."""
+    """A chat was created with its first messages (CreateChat: N -> R0, or W with initial status waiting).
+
+    ``model_resolution`` records how ``model_config_id`` was chosen (explicit, the owner's personal
+    override, the organization's default, the parent's model, or a fallback and why).
+    """
 
     TOPIC = "chat-ledger:chat.ChatCreated"
     organization_id: UUID
@@ -35,6 +41,7 @@ class ChatCreated(LedgerCreated, ChatEvent):
     model_config_id: UUID | None
     hook_allowed_tools: list[str] | None
     dynamic_tools: list[str]
+    model_resolution: ModelResolution | None = None
 
 
 class ChildChatCreated(ChatEvent):
@@ -54,7 +61,8 @@ class TurnStarted(ChatEvent):
 
     ``messages`` = hook prefix messages, the prompt, then any suffix messages, in insertion order.
     ``hook_allowed_tools`` is the incoming hook policy; ``tool_policy_before``/``tool_policy`` the chat's
-    policy before and after narrowing.
+    policy before and after narrowing. ``model_config_id`` is the explicitly chosen model (None keeps the
+    chat's); ``model_resolution`` records the model the turn runs on and how it was chosen.
     """
 
     TOPIC = "chat-ledger:chat.TurnStarted"
@@ -66,6 +74,7 @@ class TurnStarted(ChatEvent):
     tool_policy_before: list[str] | None
     tool_policy: list[str] | None
     model_config_id: UUID | None
+    model_resolution: ModelResolution | None = None
 
 
 class MessageEdited(ChatEvent):
@@ -102,7 +111,13 @@ class QueuedPromptMovedToHead(ChatEvent):
 
 class QueuedPromptPromoted(ChatEvent):
     """The queue head became the next turn's prompt: its hook prefix (stamped with its turn id) and the
-    prompt were inserted, its tool policy applied, its row deleted; the chat runs."""
+    prompt were inserted, its tool policy applied, its row deleted; the chat runs.
+
+    The prompt's model is re-resolved at promotion (reference §6.3): ``model_config_id`` is the model the
+    turn runs on (the chat's model from now on) and ``model_resolution`` how it was chosen — the queued
+    model (or the chat's) when usable in the chat's organization, else the organization's usable default
+    with the reason.
+    """
 
     TOPIC = "chat-ledger:chat.QueuedPromptPromoted"
     queued_message_id: int
@@ -113,6 +128,7 @@ class QueuedPromptPromoted(ChatEvent):
     tool_policy_before: list[str] | None
     tool_policy: list[str] | None
     model_config_id: UUID | None
+    model_resolution: ModelResolution | None = None
 
 
 class ToolCallsCanceled(ChatEvent):
@@ -222,12 +238,14 @@ class ChatEnded(ChatEvent):
     messages: list[Message]
     deleted_queued_message_ids: list[int]
     cascaded_from: UUID | None = None
+    cascaded_to: list[UUID] = dataclasses.field(default_factory=list)  # descendants ended with it
 
 
 class ArchivedSet(ChatEvent):
     TOPIC = "chat-ledger:chat.ArchivedSet"
     archived: bool
     cascaded_from: UUID | None = None
+    cascaded_to: list[UUID] = dataclasses.field(default_factory=list)  # family members changed with it
 
 
 class ChatAcquired(ChatEvent):

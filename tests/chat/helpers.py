@@ -10,6 +10,8 @@ from ledger.chat.aggregate import Chat
 
 ORG = "8a6f4d2e-1b3c-4d5e-8f70-000000000001"
 OWNER = "5b1d7e9a-2c4f-4a6b-9d8e-00000000a11c"
+#: the organization's one model config (its default), set up by ``setup_org``
+MODEL = "3e8b6a1c-9d2f-4e7a-8b5c-000000000001"
 WORKER = "7c2e9f1a-3b5d-4c7e-8a90-00000000f0c1"
 RUNNER = "7c2e9f1a-3b5d-4c7e-8a90-00000000f0c2"
 DYNAMIC_CALL = {"type": "tool-call", "tool_call_id": "call_dyn", "tool_name": "ask_user", "args": {"q": "which?"}}
@@ -19,6 +21,15 @@ RESOLVE_DYNAMIC = {"role": "tool", "parts": [{"type": "tool-result", "tool_call_
 
 def run(app: Any, **command: Any) -> dict[str, Any]:
     return execute(app, command_from_dict(command))
+
+
+def setup_org(app: Any, org: str = ORG, members: tuple[str, ...] = (OWNER,), model: str | None = MODEL) -> None:
+    """What create_chat needs: the owners as members of the organization, and a usable default model."""
+    for user in members:
+        run(app, type="add_organization_member", organization_id=org, user_id=user)
+    if model is not None:
+        run(app, type="create_model_config", organization_id=org, model_config_id=model, provider="openai",
+            model="gpt-5", context_limit=200_000)
 
 
 def chat_state(app: Any, chat_id: str) -> Any:

@@ -63,6 +63,11 @@ class ChatMachine(RuleBasedStateMachine):
         self.policies: dict[uuid.UUID, Any] = {}
         self.refusals = 0
         self.minted = 0
+        for user in USERS:
+            self.do(type="add_organization_member", organization_id=str(ORG), user_id=str(user))
+        self.do(type="create_model_config", organization_id=str(ORG), provider="openai", model="gpt-5",
+                context_limit=200_000)
+        self.live.clear()  # only chats are checked here
 
     def teardown(self) -> None:
         uow_module.UnitOfWork = self._saved  # type: ignore[misc]

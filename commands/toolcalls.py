@@ -1,0 +1,175 @@
+"""Tool-call execution commands: claim a call before running it, record its response, cancel it.
+
+Each command names the call as its chat does (``chat_id``, ``assistant_message_id``, ``tool_call_id``).
+The handler loads the chat inside the unit of work, checks that the assistant message has that call and
+derives the execution stream id from it (``ledger.toolcalls.identity``), then lets the pure ``decide``
+answer on the execution stream. Only the execution stream is written, so concurrent claims of one call
+race on one stream: the first save wins and every other attempt is re-decided and gets ``saved``.
+
+Every result has the execution's fields (``execution_row``) plus the command's outputs:
+``claim_tool_call`` -> ``outcome`` (``run`` | ``saved``); ``record_tool_call_response`` -> ``recorded``;
+``cancel_tool_call`` -> ``recorded``, ``received``, ``outcome``, ``result``, ``is_error``.
+A repeat carrying an ``idempotency_key`` already recorded on the execution stream returns the first
+result, rebuilt from the stream as it was then, and records nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+from uuid import UUID
+
+import msgspec
+
+from commands.base import Command, handles
+from commands.uow import UnitOfWork, run
+from ledger.base import Emitter
+from ledger.chat.aggregate import Chat
+from ledger.errors import LedgerError
+from ledger.toolcalls import decide as core
+from ledger.toolcalls import events as ev
+from ledger.toolcalls.aggregate import ToolCallExecution
+from ledger.toolcalls.identity import CallFacts, locate_call
+from ledger.toolcalls.state import ToolCallExecutionState, cancel_view
+
+IDEMPOTENCY_KEY_REUSED = ("idempotency_key_reused", "idempotency key was already used by a different command")
+
+
+class _ToolCallCommand(Command, kw_only=True):
+    chat_id: UUID
+    assistant_message_id: int
+    tool_call_id: str
+
+
+class ClaimToolCall(_ToolCallCommand, tag="claim_tool_call", kw_only=True):
+    """Claim the call before running it. ``outcome: run`` — run it now (first claim); ``saved`` — do not
+    run it, ``response`` is the saved response (null while the first run is still going)."""
+
+    tool_name: str
+    input_sha256: str | None = None
+
+
+class RecordToolCallResponse(_ToolCallCommand, tag="record_tool_call_response", kw_only=True):
+    """Save the run's response (once; an identical repeat records nothing)."""
+
+    status: int
+    body: str
+    content_type: str = "application/json"
+
+
+class CancelToolCall(_ToolCallCommand, tag="cancel_tool_call", kw_only=True):
+    """Cancel the call: no claim runs it afterwards. The outcome is the truthful result to commit."""
+
+
+# -- results --------------------------------------------------------------------------------------------
+
+def execution_row(s: ToolCallExecutionState) -> dict[str, Any]:
+    return {
+        "execution_id": str(s.execution_id),
+        "chat_id": str(s.chat_id),
+        "assistant_message_id": s.assistant_message_id,
+        "tool_call_id": s.tool_call_id,
+        "tool_name": s.tool_name,
+        "status": s.status,
+        "claim_epoch": s.claim_epoch,
+        "input_sha256": s.input_sha256,
+        "response": msgspec.to_builtins(s.response) if s.response is not None else None,
+        "canceled": s.canceled,
+        "cancel": cancel_view(s),
+        "version": s.version,
+    }
+
+
+Outputs = Callable[[Sequence[Any], ToolCallExecutionState], dict[str, Any]]
+
+
+def _of(events: Sequence[Any], cls: type) -> Any:
+    return next((e for e in events if isinstance(e, cls)), None)
+
+
+def _claim_outputs(events: Sequence[Any], state: ToolCallExecutionState) -> dict[str, Any]:
+    return {"outcome": _of(events, ev.ToolCallClaimed).outcome}
+
+
+def _record_outputs(events: Sequence[Any], state: ToolCallExecutionState) -> dict[str, Any]:
+    return {"recorded": _of(events, ev.ToolCallResponseRecorded) is not None}
+
+
+def _cancel_outputs(events: Sequence[Any], state: ToolCallExecutionState) -> dict[str, Any]:
+    view = cancel_view(state) or {}
+    return {"recorded": _of(events, ev.ToolCallCanceled) is not None, **view}
+
+
+#: the event a command's recorded span must contain (else its key was used by a different command)
+_MARKER: dict[type[Command], type] = {
+    ClaimToolCall: ev.ToolCallClaimed,
+    RecordToolCallResponse: ev.ToolCallResponseRecorded,
+    CancelToolCall: ev.ToolCallCanceled,
+}
+
+
+# -- execution ------------------------------------------------------------------------------------------
+
+def _replayed(app: Any, agg: ToolCallExecution, cmd: Command, outputs: Outputs) -> dict[str, Any] | None:
+    key = cmd.idempotency_key
+    span = agg.state.idempotency.get(key) if key is not None else None
+    if span is None:
+        return None
+    first, last = span
+    events = app.stream(agg.id, gt=first - 1, lte=last)
+    if _of(events, _MARKER[type(cmd)]) is None:
+        raise LedgerError(*IDEMPOTENCY_KEY_REUSED)
+    then = app.load(agg.id, version=last)
+    return {**execution_row(then.state), **outputs(events, then.state)}
+
+
+def _execute(app: Any, cmd: _ToolCallCommand,
+             decide: Callable[[ToolCallExecutionState | None, Emitter, CallFacts], list[Any]],
+             outputs: Outputs) -> dict[str, Any]:
+    def work(uow: UnitOfWork) -> dict[str, Any]:
+        chat = uow.get(cmd.chat_id)
+        facts = locate_call(chat.state if isinstance(chat, Chat) else None, cmd.assistant_message_id,
+                            cmd.tool_call_id)
+        agg = uow.get(facts.execution_id)
+        if agg is not None and not isinstance(agg, ToolCallExecution):  # pragma: no cover - ids are uuid5
+            raise LedgerError("invalid_state", f"stream {facts.execution_id} is not a tool-call execution")
+        if agg is not None:
+            replay = _replayed(app, agg, cmd, outputs)
+            if replay is not None:
+                return replay
+        em = Emitter(facts.execution_id, agg.version if agg else 0, uow.now, cmd.idempotency_key, cmd.actor)
+        events = decide(agg.state if agg else None, em, facts)
+        if agg is None:
+            agg = uow.create(ToolCallExecution, events)
+        else:
+            uow.record(agg, events)
+        return {**execution_row(agg.state), **outputs(events, agg.state)}
+
+    return run(app, work)
+
+
+# -- handlers -------------------------------------------------------------------------------------------
+
+@handles(ClaimToolCall)
+def claim_tool_call(app: Any, cmd: ClaimToolCall) -> dict[str, Any]:
+    return _execute(app, cmd, lambda s, em, facts: core.claim(
+        s, em, facts, topic=ToolCallExecution.TOPIC, tool_name=cmd.tool_name, input_sha256=cmd.input_sha256),
+        _claim_outputs)
+
+
+@handles(RecordToolCallResponse)
+def record_tool_call_response(app: Any, cmd: RecordToolCallResponse) -> dict[str, Any]:
+    response = ev.ToolCallResponse(status=cmd.status, content_type=cmd.content_type, body=cmd.body)
+    return _execute(app, cmd, lambda s, em, facts: core.record_response(s, em, response), _record_outputs)
+
+
+@handles(CancelToolCall)
+def cancel_tool_call(app: Any, cmd: CancelToolCall) -> dict[str, Any]:
+    return _execute(app, cmd, lambda s, em, facts: core.cancel(s, em, facts, topic=ToolCallExecution.TOPIC),
+                    _cancel_outputs)
+
+
+# -- reads ----------------------------------------------------------------------------------------------
+
+def load_execution(app: Any, execution_id: UUID) -> ToolCallExecution | None:
+    agg = app.load(execution_id)
+    return agg if isinstance(agg, ToolCallExecution) else None

@@ -1,0 +1,21 @@
+"""Refusals of tool-call execution commands: stable codes and messages (add, never rename)."""
+
+from __future__ import annotations
+
+from ledger.errors import LedgerError
+
+# (code, message)
+TOOL_CALL_NOT_FOUND = ("tool_call_not_found", "the assistant message has no tool call with that id")
+TOOL_CALL_NO_IDENTITY = (
+    "tool_call_no_identity",
+    "tool call has no execution id: its provider tool call id is empty or repeated in the message",
+)
+TOOL_CALL_CANCELED = ("tool_call_canceled", "tool call was canceled; it will not run")
+TOOL_CALL_NOT_CLAIMED = ("tool_call_not_claimed", "tool call has not been claimed")
+TOOL_CALL_INPUT_MISMATCH = ("tool_call_input_mismatch", "input_sha256 does not match the first claim of this tool call")
+TOOL_CALL_RESPONSE_RECORDED = (
+    "tool_call_response_recorded", "a different response is already recorded for this tool call")
+
+
+def refuse(error: tuple[str, str]) -> LedgerError:
+    return LedgerError(*error)

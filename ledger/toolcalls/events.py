@@ -1,0 +1,79 @@
+"""Events of a tool-call execution (one stream per tool call, id = the deterministic tool-call UUID).
+
+A stream starts with ``ToolCallExecutionOpened`` (the call's identity), followed in the same command by
+the first ``ToolCallClaimed`` (outcome ``run``) or by ``ToolCallCanceled`` (a cancel that arrived before
+any claim: the call never runs). Every later claim is recorded too, with its epoch and outcome ``saved``,
+so an audit shows each attempt a runner made and that only the first one ran.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+from uuid import UUID
+
+import msgspec
+
+from ledger.base import LedgerCreated, LedgerEvent
+
+TOOL_CALL_EXECUTION_TOPIC = "chat-ledger:toolcalls.ToolCallExecution"
+
+ClaimOutcome = Literal["run", "saved"]
+CancelOutcome = Literal["not_run", "canceled_while_running", "completed", "pending"]
+
+
+class ToolCallResponse(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The saved response of a tool call's run: HTTP-style status, Content-Type and body text."""
+
+    status: int
+    content_type: str
+    body: str
+
+
+class ToolCallExecutionOpened(LedgerCreated):
+    """The ledger started tracking tool call ``tool_call_id`` of assistant message
+    ``assistant_message_id`` in chat ``chat_id`` (validated against the chat when recorded)."""
+
+    TOPIC = "chat-ledger:toolcalls.ToolCallExecutionOpened"
+
+    chat_id: UUID
+    assistant_message_id: int
+    tool_call_id: str
+    tool_name: str
+
+
+class ToolCallClaimed(LedgerEvent):
+    """A runner claimed the call. ``claim_epoch`` counts claims from 1; only epoch 1 has outcome ``run``
+    (the claimer runs the tool); every later claim has outcome ``saved`` (answered with the saved
+    response, never a second run). ``input_sha256`` is what the claimer asserted, if anything."""
+
+    TOPIC = "chat-ledger:toolcalls.ToolCallClaimed"
+
+    claim_epoch: int
+    outcome: ClaimOutcome
+    input_sha256: str | None = None
+
+
+class ToolCallResponseRecorded(LedgerEvent):
+    """The run finished and its response was saved (once)."""
+
+    TOPIC = "chat-ledger:toolcalls.ToolCallResponseRecorded"
+
+    response: ToolCallResponse
+
+
+class ToolCallCanceled(LedgerEvent):
+    """The call was canceled; no later claim runs it.
+
+    ``received`` is whether it had been claimed (the tool received it). ``outcome``:
+    ``not_run`` (never claimed; ``result`` is the "canceled before it ran" text, an error),
+    ``canceled_while_running`` (an ``execute`` run was stopped; ``result`` is its canceled JSON),
+    ``completed`` (the run had finished; ``result`` is its response), ``pending`` (another tool still
+    running; its response, recorded when the run finishes, is the result).
+    """
+
+    TOPIC = "chat-ledger:toolcalls.ToolCallCanceled"
+
+    received: bool
+    outcome: CancelOutcome
+    result: Any = None
+    is_error: bool = False

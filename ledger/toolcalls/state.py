@@ -1,0 +1,115 @@
+"""The state of one tool-call execution, and ``evolve`` (pure, in place, linear in the events)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+import msgspec
+
+from ledger.toolcalls import events as ev
+
+Status = Literal["running", "done", "canceled"]
+
+#: reference §5.3 cancel outcome texts (exact)
+NOT_RUN_TEXT = "tool call was canceled before it ran; no changes were made"
+CANCELED_WHILE_RUNNING_TEXT = "tool call was canceled while running"
+#: tools whose running call is stopped by a cancel (its result is the canceled JSON below)
+STOPPABLE_TOOLS = frozenset({"execute"})
+
+
+def execute_canceled_result() -> dict[str, Any]:
+    return {"success": False, "exit_code": -1, "error": CANCELED_WHILE_RUNNING_TEXT, "canceled": True}
+
+
+class ToolCallExecutionState(msgspec.Struct, kw_only=True):
+    execution_id: UUID
+    chat_id: UUID
+    assistant_message_id: int
+    tool_call_id: str
+    tool_name: str
+    created_at: datetime
+    claim_epoch: int = 0
+    input_sha256: str | None = None
+    response: ev.ToolCallResponse | None = None
+    canceled: bool = False
+    received: bool | None = None
+    cancel_outcome: str | None = None
+    cancel_result: Any = None
+    cancel_is_error: bool = False
+    idempotency: dict[str, list[int]] = msgspec.field(default_factory=dict)
+    version: int = 0
+    updated_at: datetime | None = None
+
+    @property
+    def claimed(self) -> bool:
+        return self.claim_epoch > 0
+
+    @property
+    def status(self) -> Status:
+        """``canceled`` wins (no later claim runs); else ``done`` once a response is saved; else ``running``."""
+        if self.canceled:
+            return "canceled"
+        return "done" if self.response is not None else "running"
+
+
+def response_result(response: ev.ToolCallResponse) -> tuple[Any, bool]:
+    """The tool result a saved response gives: its body (parsed when the content type is JSON) and
+    whether it is an error (status >= 400)."""
+    body: Any = response.body
+    ctype = response.content_type.split(";", 1)[0].strip().lower()
+    if ctype == "application/json" or ctype.endswith("+json"):
+        try:
+            body = json.loads(response.body)
+        except ValueError:
+            pass
+    return body, response.status >= 400
+
+
+def cancel_view(state: ToolCallExecutionState) -> dict[str, Any] | None:
+    """The cancel outcome as of now: a ``pending`` cancel becomes ``completed`` once the response is saved."""
+    if not state.canceled:
+        return None
+    outcome, result, is_error = state.cancel_outcome, state.cancel_result, state.cancel_is_error
+    if outcome == "pending" and state.response is not None:
+        outcome = "completed"
+        result, is_error = response_result(state.response)
+    return {"received": bool(state.received), "outcome": outcome, "result": result, "is_error": is_error}
+
+
+def evolve(state: ToolCallExecutionState | None, event: Any) -> ToolCallExecutionState:
+    t = type(event)
+    if t is ev.ToolCallExecutionOpened:
+        state = ToolCallExecutionState(
+            execution_id=event.originator_id, chat_id=event.chat_id,
+            assistant_message_id=event.assistant_message_id, tool_call_id=event.tool_call_id,
+            tool_name=event.tool_name, created_at=event.timestamp,
+        )
+    else:
+        assert state is not None, "only ToolCallExecutionOpened starts a tool-call stream"
+        if t is ev.ToolCallClaimed:
+            state.claim_epoch = event.claim_epoch
+            if state.input_sha256 is None:
+                state.input_sha256 = event.input_sha256
+        elif t is ev.ToolCallResponseRecorded:
+            state.response = event.response
+        elif t is ev.ToolCallCanceled:
+            state.canceled = True
+            state.received = event.received
+            state.cancel_outcome = event.outcome
+            state.cancel_result = event.result
+            state.cancel_is_error = event.is_error
+        else:  # pragma: no cover - every event class is handled above
+            raise TypeError(f"unexpected event {t.__name__}")
+    state.version = event.originator_version
+    state.updated_at = event.timestamp
+    key = event.idempotency_key
+    if key is not None:
+        span = state.idempotency.get(key)
+        if span is None:
+            state.idempotency[key] = [event.originator_version, event.originator_version]
+        else:
+            span[1] = event.originator_version
+    return state
