@@ -99,7 +99,7 @@ def status_cmd(c: Ctx, chat_id: str | None, org: str | None, status_filter: str 
         where["organization_id"] = str(parse_uuid(org, "organization id"))
     if status_filter:
         where["status"] = status_filter
-    rows = _query(c, "chat_status", "status", where, order_by=["updated_at", "chat_id"])
+    rows = _query(c, "chat_views", "chat_status", where, order_by=["updated_at", "chat_id"])
     if chat_id and not rows:
         raise LedgerError("chat_not_found", "chat not found")
     if as_json:
@@ -120,12 +120,12 @@ def unresolved(c: Ctx, chat_id: str | None, org: str | None, as_json: bool) -> N
     if chat_id:
         where["chat_id"] = str(parse_uuid(chat_id))
     if org:
-        chats = _query(c, "chat_status", "status", {"organization_id": str(parse_uuid(org, "organization id"))})
+        chats = _query(c, "chat_views", "chat_status", {"organization_id": str(parse_uuid(org, "organization id"))})
         where["chat_id"] = [r["chat_id"] for r in chats]
         if not where["chat_id"]:
             rows: list[dict[str, Any]] = []
             return _print(rows, as_json, ("chat_id", "tool_call_id", "tool_name", "kind", "since"))
-    rows = _query(c, "unresolved_tool_calls", "calls", where, order_by=["chat_id", "assistant_message_id", "since"])
+    rows = _query(c, "chat_views", "unresolved_tool_calls", where, order_by=["chat_id", "assistant_message_id", "since"])
     columns = ("chat_id", "assistant_message_id", "tool_call_id", "tool_name", "kind", "execution_id", "args", "since")
     rows = [{k: r[k] for k in columns} for r in rows]
     _print(rows, as_json, ("chat_id", "tool_call_id", "tool_name", "kind", "since"))
@@ -137,7 +137,7 @@ def unresolved(c: Ctx, chat_id: str | None, org: str | None, as_json: bool) -> N
 @pass_ctx
 def queue(c: Ctx, chat_id: str, as_json: bool) -> None:
     """Queued prompts of a chat, head first (the chat_queue view)."""
-    rows = _query(c, "chat_queue", "queue", {"chat_id": str(parse_uuid(chat_id))},
+    rows = _query(c, "chat_views", "chat_queue", {"chat_id": str(parse_uuid(chat_id))},
                   order_by=["position", "queued_message_id"])
     _print(rows, as_json, ("queued_message_id", "position", "text", "hook_allowed_tools", "created_by"))
 

@@ -166,10 +166,11 @@ def outstanding_tool_calls(state: ChatState, dynamic_only: bool = False,
     assistant = msgs[i]
     if not assistant.calls:
         return []
-    handled: set[str] = set(assistant.result_ids) if count_own_results else set()
+    handled: set[str] = {r.tool_call_id for r in assistant.results} if count_own_results else set()
     for m in msgs[i + 1:]:
-        if m.role == "tool" and active(m):
-            handled.update(m.result_ids)
+        if m.role == "tool" and not m.deleted and not m.compressed:
+            for r in m.results:
+                handled.add(r.tool_call_id)
     dynamic = state.dynamic_tools
     return [
         c for c in assistant.calls

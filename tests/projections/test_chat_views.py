@@ -16,14 +16,14 @@ from commands.queries import chat_ids
 from ledger.chat.views import queue_row, status_values, unresolved_values
 from ledger.errors import LedgerError
 from projections import PositionConflict, ProjectionError, catch_up, maintained_version
-from projections.chats import ChatQueueView, ChatStatusView, UnresolvedToolCallsView
+from projections.chats import ChatViews
 from tests.chat.helpers import setup_org
 from tests.projections.projection_kit import read_build
 from tests.projections.test_projection_exactly_once import crashing, decoded
 
 ORG = "8a6f4d2e-1b3c-4d5e-8f70-000000000001"
 OWNER = "5b1d7e9a-2c4f-4a6b-9d8e-00000000a11c"
-VIEWS = (ChatStatusView, UnresolvedToolCallsView, ChatQueueView)
+VIEWS = (ChatViews,)
 
 ACTIONS = st.sampled_from([
     {"type": "send_message", "text": "more"},
@@ -69,19 +69,15 @@ def renamed(cls: type, app: Any, suffix: str) -> Any:
 
 def replayed_rows(app: Any) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """What the views must hold, computed from each chat's state replayed from the store."""
-    out: dict[str, dict[str, list[dict[str, Any]]]] = {"chat_status": {"status": []},
-                                                          "unresolved_tool_calls": {"calls": []},
-                                                          "chat_queue": {"queue": []}}
+    out: dict[str, list[dict[str, Any]]] = {"chat_status": [], "unresolved_tool_calls": [], "chat_queue": []}
     for cid in chat_ids(app):
         s = app.load(cid).state
-        out["chat_status"]["status"].append(status_values(s))
-        out["unresolved_tool_calls"]["calls"].extend(unresolved_values(s))
-        out["chat_queue"]["queue"].extend(queue_row(s.chat_id, q) for q in s.queue)
-    for cls in VIEWS:
-        (table,) = cls.tables
-        rows = [table.normalize_row(r) for r in out[cls.name][table.name]]
-        out[cls.name][table.name] = sorted(rows, key=table.key_of)
-    return out
+        out["chat_status"].append(status_values(s))
+        out["unresolved_tool_calls"].extend(unresolved_values(s))
+        out["chat_queue"].extend(queue_row(s.chat_id, q) for q in s.queue)
+    for table in ChatViews.tables:
+        out[table.name] = sorted((table.normalize_row(r) for r in out[table.name]), key=table.key_of)
+    return {"chat_views": out}
 
 
 @settings(max_examples=12, deadline=None,
@@ -136,8 +132,10 @@ def test_views_follow_new_commands_and_status_shape(app: Any, backend: Any) -> N
     projections = [cls(app) for cls in VIEWS]
     for p in projections:
         catch_up(app, p, backend)
-    assert len(backend.query("chat_status", "status")) == 3
-    calls = backend.query("unresolved_tool_calls", "calls")
+    assert len(backend.query("chat_views", "chat_status")) == 3
+    calls = backend.query("chat_views", "unresolved_tool_calls")
     assert [(c["tool_call_id"], c["kind"]) for c in calls] == [("x", "local")]
-    assert [q["text"] for q in backend.query("chat_queue", "queue")] == ["q"]
+    assert [q["text"] for q in backend.query("chat_views", "chat_queue")] == ["q"]
+    (status,) = [r for r in backend.query("chat_views", "chat_status") if r["queue_length"]]
+    assert status["queue_length"] == len(backend.query("chat_views", "chat_queue", where={"chat_id": status["chat_id"]}))
     assert all(p.fold.loads == 0 for p in projections)  # a fresh fold only ever started from creations
