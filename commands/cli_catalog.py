@@ -21,6 +21,29 @@ from ledger.catalog.views import models_view
 
 # -- reading ---------------------------------------------------------------------------------------------
 
+def models_from_view(c: Ctx, org_id: Any, user_id: Any) -> dict[str, Any]:
+    """The ``models`` shape read from the org_models view (caught up first). A user the view has no row
+    for (neither a member nor with overrides) is computed on demand from the current catalog."""
+    from commands.cli_views import caught_up
+    from projections.org_models import view_row
+
+    backend = caught_up(c, ("org_models",))
+    with backend.reading("org_models") as r:
+        orgs = r.query("organizations", where={"organization_id": str(org_id)})
+        mine = r.query("users", where={"organization_id": str(org_id), "user_id": str(user_id)}) if user_id else []
+    if not orgs:
+        return models_view(org_id, None, deployment_of(c.app.load_cached(DEPLOYMENT_ID, copy=False)), user_id)
+    view = view_row(orgs[0])
+    if user_id is not None:
+        if mine:
+            view["personal_overrides"], view["effective"] = mine[0]["personal_overrides"], mine[0]["effective"]
+        else:
+            live = models_view(org_id, catalog_of(c.app.load_cached(org_id, copy=False)),
+                               deployment_of(c.app.load_cached(DEPLOYMENT_ID, copy=False)), user_id)
+            view["personal_overrides"], view["effective"] = live["personal_overrides"], live["effective"]
+    return view
+
+
 @main.command()
 @click.option("--org", required=True, help="Organization UUID.")
 @click.option("--user", default=None, help="Add this user's personal overrides and effective models.")
@@ -30,8 +53,7 @@ def models(c: Ctx, org: str, user: str | None, as_json: bool) -> None:
     """The organization's model view: configs, default, admin overrides, members (and a user's view)."""
     org_id = parse_uuid(org, "organization id")
     user_id = parse_uuid(user, "user id") if user else None
-    view = models_view(org_id, catalog_of(c.app.load_cached(org_id, copy=False)),
-                       deployment_of(c.app.load_cached(DEPLOYMENT_ID, copy=False)), user_id)
+    view = models_from_view(c, org_id, user_id)
     if as_json:
         emit_json(view)
         return

@@ -26,8 +26,9 @@ PROGRESS_THRESHOLD = 2000  # notifications behind before a progress bar is worth
 
 def all_projections(app: Any) -> list[Any]:
     from projections.conversations import conversation_projections
+    from projections.org_models import org_model_projections
 
-    return chat_projections(app) + conversation_projections(app)
+    return chat_projections(app) + conversation_projections(app) + org_model_projections(app)
 
 
 def backend_of(c: Ctx) -> Any:
