@@ -78,11 +78,12 @@ class ChatViews(Projection):
             old_sig = known[1] if known is not None and known[0] == event.originator_version - 1 else _outstanding(before)
         old_queue = [q.queued_message_id for q in before.queue] if before is not None and isinstance(event, _QUEUE_EVENTS) else None
         after = self.fold.after(event, before)
-        ops: list[RowOp] = [Upsert(STATUS, StatusRow(after))]
+        chat_id = str(event.originator_id)
+        ops: list[RowOp] = [Upsert(STATUS, StatusRow(after, chat_id))]
         if watch_calls or before is None:
             new_sig = _outstanding(after)
             if new_sig != old_sig:
-                ops.extend(_calls_diff(str(event.originator_id), old_sig, new_sig, after))
+                ops.extend(_calls_diff(chat_id, old_sig, new_sig, after))
             self._signatures[event.originator_id] = (event.originator_version, new_sig)
             if len(self._signatures) > 4 * self.fold.max_streams:
                 self._signatures.clear()
@@ -130,10 +131,11 @@ class StatusRow(Mapping[str, Any]):
     computed once, from the state after the last of them — the row the batch must leave — instead of
     once per event (rows of a batch are written once per key, last write wins)."""
 
-    __slots__ = ("state", "_values")
+    __slots__ = ("state", "chat_id", "_values")
 
-    def __init__(self, state: Any) -> None:
+    def __init__(self, state: Any, chat_id: str) -> None:
         self.state = state
+        self.chat_id = chat_id
         self._values: dict[str, Any] | None = None
 
     def _row(self) -> dict[str, Any]:
@@ -143,7 +145,7 @@ class StatusRow(Mapping[str, Any]):
 
     def __getitem__(self, key: str) -> Any:
         if key == "chat_id" and self._values is None:
-            return self.state.chat_id
+            return self.chat_id
         return self._row()[key]
 
     def __iter__(self) -> Iterator[str]:

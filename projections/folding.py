@@ -12,7 +12,6 @@ view equal a rebuild, and equal the rows computed from the aggregates' replayed 
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any, Callable
 from uuid import UUID
 
@@ -23,7 +22,8 @@ class StreamFold:
         self.evolve = evolve
         self.created = created
         self.max_streams = max_streams
-        self._states: OrderedDict[UUID, tuple[int, Any]] = OrderedDict()
+        # stream id -> (version, state); insertion order = least recently folded first (an LRU).
+        self._states: dict[UUID, tuple[int, Any]] = {}
         self.loads = 0  # states loaded from the store (for tests and benchmarks)
 
     def before(self, event: Any) -> Any:
@@ -33,7 +33,6 @@ class StreamFold:
         sid, version = event.originator_id, event.originator_version
         known = self._states.get(sid)
         if known is not None and known[0] == version - 1:
-            self._states.move_to_end(sid)
             return known[1]
         self.loads += 1
         agg = self.app.load(sid, version=version - 1)
@@ -45,10 +44,11 @@ class StreamFold:
         """Apply ``event`` (in place) and remember the result."""
         state = self.evolve(state, event)
         sid = event.originator_id
-        self._states[sid] = (event.originator_version, state)
-        self._states.move_to_end(sid)
-        if len(self._states) > self.max_streams:
-            self._states.popitem(last=False)
+        states = self._states
+        states.pop(sid, None)
+        states[sid] = (event.originator_version, state)
+        if len(states) > self.max_streams:
+            del states[next(iter(states))]
         return state
 
     def clear(self) -> None:
