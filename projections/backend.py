@@ -414,6 +414,7 @@ class SqlBackend:
                 state = ViewState(projection.table_map(), _TxStore(self, cur, projection.name, version),
                                   writer.cache)
                 topics = projection.topic_set()
+                projection.begin_batch()
                 for nid, event in items:
                     if topics is not None and getattr(type(event), "TOPIC", None) not in topics:
                         continue  # not for this projection (catch-up filters in SQL already)
@@ -425,6 +426,12 @@ class SqlBackend:
                         topic = getattr(type(event), "TOPIC", type(event).__name__)
                         raise ProjectionError(f"projection {projection.name} v{version} failed on notification "
                                               f"{nid} ({topic}): {type(e).__name__}: {e}") from e
+                try:
+                    for op in projection.end_batch(state) or ():
+                        state.apply(op)
+                except Exception as e:
+                    raise ProjectionError(f"projection {projection.name} v{version} failed at the end of a "
+                                          f"batch: {type(e).__name__}: {e}") from e
                 state.flush()
                 cur.execute(self._sql(
                     f"UPDATE {self._qualify('projection_tracking')} SET position = %s, writer = %s, updated_at = %s "

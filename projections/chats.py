@@ -11,7 +11,7 @@ with each other (a status row's queue_length equals its queue rows).
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable
 
 from ledger.chat import events as ev
 from ledger.chat.evolve import evolve
@@ -65,6 +65,8 @@ class ChatViews(Projection):
 
     def __init__(self, app: Any) -> None:
         self.fold = StreamFold(app, evolve, ev.ChatCreated)
+        # chats whose status row this batch changed: written once each, from the state after the batch
+        self._touched: dict[Any, Any] = {}
         # chat id -> (stream version, open-call signature): the signature after one event is the
         # signature before the next, so it is computed once per event.
         self._signatures: dict[Any, tuple[int, Any]] = {}
@@ -78,17 +80,28 @@ class ChatViews(Projection):
             old_sig = known[1] if known is not None and known[0] == event.originator_version - 1 else _outstanding(before)
         old_queue = [q.queued_message_id for q in before.queue] if before is not None and isinstance(event, _QUEUE_EVENTS) else None
         after = self.fold.after(event, before)
-        chat_id = str(event.originator_id)
-        ops: list[RowOp] = [Upsert(STATUS, StatusRow(after, chat_id))]
+        self._touched[event.originator_id] = after
+        ops: list[RowOp] = []
         if watch_calls or before is None:
             new_sig = _outstanding(after)
             if new_sig != old_sig:
-                ops.extend(_calls_diff(chat_id, old_sig, new_sig, after))
+                ops.extend(_calls_diff(str(event.originator_id), old_sig, new_sig, after))
             self._signatures[event.originator_id] = (event.originator_version, new_sig)
             if len(self._signatures) > 4 * self.fold.max_streams:
                 self._signatures.clear()
         if old_queue is not None:
             ops.extend(_queue_diff(old_queue, after))
+        return ops
+
+
+    def begin_batch(self) -> None:
+        self._touched.clear()
+
+    def end_batch(self, rows: Rows) -> Iterable[RowOp]:
+        """One status row per chat the batch touched, computed from its state after the batch (every
+        event changes a chat's status row — at least its version — so this is the row each would leave)."""
+        ops = [Upsert(STATUS, status_values(state)) for state in self._touched.values()]
+        self._touched.clear()
         return ops
 
 
@@ -111,7 +124,8 @@ def _calls_diff(chat_id: str, old_sig: tuple[Any, ...] | None, new_sig: tuple[An
     new_ids = set(new_sig[1:]) if new_sig else set()
     ops: list[RowOp] = [Delete(UNRESOLVED, (chat_id, cid)) for cid in (old_sig[1:] if old_sig else ())
                         if cid not in new_ids or not same_message]
-    ops.extend(Upsert(UNRESOLVED, row) for row in unresolved_values(after) if row["tool_call_id"] not in kept)
+    if not new_ids <= kept:  # (a result closing a call only deletes its row)
+        ops.extend(Upsert(UNRESOLVED, row) for row in unresolved_values(after) if row["tool_call_id"] not in kept)
     return ops
 
 
@@ -122,43 +136,6 @@ def _queue_diff(old_ids: list[int], after: Any) -> list[RowOp]:
     # A queued prompt's row changes only when it is added or moved (its position): rewrite those.
     ops.extend(Upsert(QUEUE, queue_row(after.chat_id, q)) for q in after.queue)
     return ops
-
-
-class StatusRow(Mapping[str, Any]):
-    """The status row of a chat, computed from its folded state when the batch first reads or writes it.
-
-    The fold updates a chat's state in place, so when a batch holds many events of one chat, the row is
-    computed once, from the state after the last of them — the row the batch must leave — instead of
-    once per event (rows of a batch are written once per key, last write wins)."""
-
-    __slots__ = ("state", "chat_id", "_values")
-
-    def __init__(self, state: Any, chat_id: str) -> None:
-        self.state = state
-        self.chat_id = chat_id
-        self._values: dict[str, Any] | None = None
-
-    def _row(self) -> dict[str, Any]:
-        if self._values is None:
-            self._values = status_values(self.state)
-        return self._values
-
-    def __getitem__(self, key: str) -> Any:
-        if key == "chat_id" and self._values is None:
-            return self.chat_id
-        return self._row()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._row())
-
-    def __len__(self) -> int:
-        return len(self._row())
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self._row().get(key, default)
-
-    def keys(self) -> Any:
-        return self._row().keys()
 
 
 def chat_projections(app: Any) -> list[Projection]:

@@ -383,6 +383,14 @@ class Projection:
     tables: ClassVar[Sequence[Table]] = ()
     topics: ClassVar[Sequence[str] | None] = None
 
+    def begin_batch(self) -> None:
+        """Called before the first event of each batch (one transaction)."""
+
+    def end_batch(self, rows: Rows) -> Iterable[RowOp]:
+        """Called after the last event of each batch, before its rows and position are written: a
+        projection may emit here, once per key, rows that many events of the batch changed."""
+        return ()
+
     def apply(self, event: Any, rows: Rows) -> Iterable[RowOp]:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -620,11 +628,14 @@ class MemoryStore:
     def apply(self, projection: Projection, events: Iterable[Any]) -> None:
         state = ViewState(self.tables, self)
         topics = projection.topic_set()
+        projection.begin_batch()
         for event in events:
             if topics is not None and getattr(type(event), "TOPIC", None) not in topics:
                 continue
             for op in projection.apply(event, state) or ():
                 state.apply(op)
+        for op in projection.end_batch(state) or ():
+            state.apply(op)
         state.flush()
 
     @classmethod
