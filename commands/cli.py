@@ -280,11 +280,16 @@ def parse_uuid(value: str, what: str = "chat id") -> UUID:
 @main.command()
 @click.argument("chat_id")
 @click.option("--at", "at_version", type=int, default=None, help="The chat as it was at this stream version.")
+@click.option("--as-of", "as_of", default=None, metavar="TIME", help="The chat as it was at TIME (ISO 8601).")
 @json_flag
 @pass_ctx
-def show(c: Ctx, chat_id: str, at_version: int | None, as_json: bool) -> None:
+def show(c: Ctx, chat_id: str, at_version: int | None, as_json: bool, as_of: str | None = None) -> None:
     """Full state of one chat: messages (deleted ones included), queue, policy, unresolved tool calls."""
     cid = parse_uuid(chat_id)
+    if as_of is not None:
+        from commands.cli_audit import chat_version_as_of
+
+        at_version = chat_version_as_of(c.app, cid, at_version, as_of)
     chat_agg = load_chat(c.app, cid, version=at_version)
     data = show_chat(chat_agg.state, c.app.stream(cid, lte=chat_agg.version))
     if as_json:
@@ -333,6 +338,8 @@ from commands import demo as _demo  # noqa: E402,F401
 from commands import cli_catalog as _cli_catalog  # noqa: E402,F401
 from commands import cli_generation  # noqa: E402,F401
 from commands import bench as _bench  # noqa: E402,F401
+from commands import simulate as _simulate  # noqa: E402,F401
+from commands import cli_audit as _cli_audit  # noqa: E402,F401
 
 _bench._register()
 

@@ -1,9 +1,11 @@
 """``chat-ledger next-action CHAT``: what the worker would do next for a chat, and why.
 
-Runs the pure generation decision (``ledger.policy.generation.next_action``) on the chat as recorded.
-Until the model catalog is wired in, the settings are defaults — compaction threshold 70%, the context
-limit of the latest message that records one, the advisor disabled — which ``settings_source`` says;
-options override them for what-if questions. With a recorded generation attempt the output includes the
+Runs the pure generation decision (``ledger.policy.generation.next_action``) on the chat as recorded, with
+the settings ``ledger.policy.settings.generation_settings`` takes from the model catalog and the
+deployment (``settings_source: catalog``): the chat's model resolved for generation (threshold, context
+limit), the compaction context's limit (the smaller of the chat model's and the compaction override's),
+the advisor switches. Without a usable model the defaults apply (``settings_source: defaults``). Options
+override them for what-if questions (``...+options``); ``--at VERSION`` decides on the chat as it was. With a recorded generation attempt the output includes the
 retry decision a retryable failure of that attempt would get (``--retry-after`` adds the provider's hint).
 """
 
@@ -14,60 +16,97 @@ from typing import Any
 import click
 import msgspec
 
+from commands.catalog import catalog_of, deployment_of
 from commands.cli import emit_json, main, parse_uuid, pass_ctx
-from commands.queries import load_chat
 from commands.toolcalls import load_execution
+from ledger.base import fast_project
+from ledger.catalog.aggregate import ModelConfigClaim
+from ledger.catalog.state import DEPLOYMENT_ID
+from ledger.chat.aggregate import Chat
 from ledger.chat.state import ChatState
-from ledger.chat.views import message_rows
-from ledger.policy.generation import DEFAULT_THRESHOLD_PERCENT, MAX_STEPS, GenerationSettings, next_action
+from ledger.chat.values import ToolResultPart
+from ledger.chat.views import to_jsonable
+from ledger.errors import LedgerError
+from ledger.policy.generation import MAX_STEPS, GenerationSettings, NextAction, next_action
 from ledger.policy.retry import retry_decision
-from ledger.policy.tools import AdvisorSettings, advisor_result_bodies
+from ledger.policy.settings import generation_settings
+from ledger.policy.tools import ADVISOR
 
-DEFAULTS_NOTE = ("model catalog not wired yet: compaction threshold 70%, context limit from the latest "
-                 "message's context_limit, advisor disabled")
+def catalog_facts(app: Any, state: ChatState) -> tuple[Any, Any, dict[Any, Any]]:
+    """The chat organization's catalog, the deployment and the owner of the chat's model when the catalog
+    lacks it (read through the aggregate cache): what ``generation_settings`` needs."""
+    catalog = catalog_of(app.load_cached(state.organization_id, copy=False))
+    deployment = deployment_of(app.load_cached(DEPLOYMENT_ID, copy=False))
+    owners: dict[Any, Any] = {}
+    mid = state.model_config_id
+    if mid is not None and (catalog is None or mid not in catalog.configs):
+        claim = app.load_cached(mid, copy=False)
+        if isinstance(claim, ModelConfigClaim):
+            owners[mid] = claim.state.organization_id
+    return catalog, deployment, owners
 
 
-def latest_context_limit(state: ChatState) -> int | None:
-    """The context limit recorded on the latest non-deleted message that has one."""
-    for m in reversed(state.messages):
-        if not m.deleted and m.context_limit:
-            return m.context_limit
-    return None
-
-
-def default_settings(state: ChatState, *, threshold: int | None = None, context_limit: int | None = None,
-                     max_steps: int | None = None, stop_after: tuple[str, ...] = ()) -> tuple[GenerationSettings, dict[str, Any]]:
-    """The settings next-action uses before the catalog lands, and how each was chosen."""
-    recorded_limit = latest_context_limit(state)
-    limit = context_limit if context_limit is not None else (recorded_limit or 0)
-    settings = GenerationSettings(
-        stop_after_tools=list(stop_after),
-        max_steps=max_steps if max_steps is not None else MAX_STEPS,
-        threshold_percent=threshold if threshold is not None else DEFAULT_THRESHOLD_PERCENT,
-        context_limit=limit,
-        advisor=AdvisorSettings(enabled=False),
-    )
-    overridden = threshold is not None or context_limit is not None or max_steps is not None or bool(stop_after)
+def settings_for(app: Any, state: ChatState, *, threshold: int | None = None, context_limit: int | None = None,
+                 max_steps: int | None = None, stop_after: tuple[str, ...] = ()) -> tuple[GenerationSettings, dict[str, Any]]:
+    """The settings next-action uses (``ledger.policy.settings.generation_settings`` on the catalog and the
+    deployment, then the options), and how each was chosen."""
+    catalog, deployment, owners = catalog_facts(app, state)
+    report = generation_settings(state, catalog, deployment, stop_after_tools=stop_after,
+                                 max_steps=max_steps if max_steps is not None else MAX_STEPS, owners=owners)
+    settings = report.settings
+    changes: dict[str, Any] = {}
+    if threshold is not None:
+        changes["threshold_percent"] = threshold
+    if context_limit is not None:
+        changes["context_limit"] = context_limit
+        changes["compaction_context_limit"] = context_limit
+    if changes:
+        settings = msgspec.structs.replace(settings, **changes)
+    overridden = bool(changes) or max_steps is not None or bool(stop_after)
     info = {
-        "settings_source": "defaults+options" if overridden else "defaults",
-        "settings_note": DEFAULTS_NOTE,
+        "settings_source": report.source + ("+options" if overridden else ""),
+        "settings_note": report.note,
         "settings": {
             **msgspec.to_builtins(settings),
-            "context_limit_source": "option" if context_limit is not None
-            else ("latest_message" if recorded_limit else "none"),
+            "context_limit_source": "option" if context_limit is not None else report.context_limit_source,
+            "model": report.model,
+            "compaction_model": report.compaction_model,
+            "advisor_model": report.advisor_model,
         },
     }
     return settings, info
 
 
-def next_action_report(app: Any, chat_id: Any, *, retry_after: float | None = None,
-                       **overrides: Any) -> dict[str, Any]:
-    """Everything ``next-action --json`` prints for one chat."""
-    chat = load_chat(app, chat_id)
+def advisor_bodies(events: Any) -> dict[str, Any]:
+    """tool_call_id -> result body of every advisor tool result in a chat's events (what
+    ``advisor_result_bodies(message_rows(events))`` gives, without building every message row)."""
+    bodies: dict[str, Any] = {}
+    for e in events:
+        for m in getattr(e, "messages", ()) or ():
+            for p in m.parts:
+                if isinstance(p, ToolResultPart) and p.tool_name == ADVISOR:
+                    bodies[p.tool_call_id] = to_jsonable(p.result)
+    return bodies
+
+
+def decide_chat(app: Any, chat_id: Any, version: int | None = None, **overrides: Any) -> tuple[ChatState, NextAction, dict[str, Any]]:
+    """The chat (as of ``version``, default now), the decision and the settings info: what ``next-action``
+    reports and what the simulator acts on."""
+    events = app.stream(chat_id, lte=version)  # one read: the state and the advisor result bodies
+    chat = fast_project(None, events) if events else None
+    if not isinstance(chat, Chat):
+        raise LedgerError("chat_not_found", "chat not found")
     state = chat.state
-    settings, info = default_settings(state, **overrides)
-    bodies = advisor_result_bodies(message_rows(app.stream(chat_id, lte=chat.version)))
-    decision = msgspec.to_builtins(next_action(state, settings, advisor_result_bodies=bodies))
+    settings, info = settings_for(app, state, **overrides)
+    bodies = advisor_bodies(events)
+    return state, next_action(state, settings, advisor_result_bodies=bodies), info
+
+
+def next_action_report(app: Any, chat_id: Any, *, retry_after: float | None = None,
+                       version: int | None = None, **overrides: Any) -> dict[str, Any]:
+    """Everything ``next-action --json`` prints for one chat."""
+    state, action, info = decide_chat(app, chat_id, version, **overrides)
+    decision = msgspec.to_builtins(action)
     for call in decision["calls"] + decision["pending_dynamic"]:
         call["execution"] = _execution_status(app, call.get("execution_id"))
     retry = None
@@ -103,13 +142,16 @@ def _execution_status(app: Any, execution_id: str | None) -> dict[str, Any] | No
 @click.option("--context-limit", type=click.IntRange(min=0), default=None, help="The model's context limit (tokens).")
 @click.option("--max-steps", type=click.IntRange(min=0), default=None, help="Steps per turn (0 = unlimited).")
 @click.option("--stop-after", multiple=True, metavar="TOOL", help="A stop-after tool name (repeat).")
+@click.option("--at", "version", type=click.IntRange(min=1), default=None, metavar="VERSION",
+              help="Decide on the chat as it was at this stream version.")
 @click.option("--json", "as_json", is_flag=True, help="Print the decision as JSON.")
 @pass_ctx
 def next_action_cmd(c: Any, chat_id: str, retry_after: float | None, threshold: int | None,
                     context_limit: int | None, max_steps: int | None, stop_after: tuple[str, ...],
-                    as_json: bool) -> None:
+                    version: int | None, as_json: bool) -> None:
     """What the worker does next for a chat: action, finish reason, calls, tool policy, advisor, retry."""
-    report = next_action_report(c.app, parse_uuid(chat_id), retry_after=retry_after, threshold=threshold,
+    report = next_action_report(c.app, parse_uuid(chat_id), retry_after=retry_after, version=version,
+                                threshold=threshold,
                                 context_limit=context_limit, max_steps=max_steps, stop_after=stop_after)
     if as_json:
         emit_json(report)
@@ -152,4 +194,7 @@ def _print_report(r: dict[str, Any]) -> None:
     if retry is not None:
         verdict = f"retry after {retry['delay']:g}s" if retry["retry"] else "no retry (finish with error)"
         click.echo(f"retry after a retryable failure of attempt {retry['attempt']}: {verdict}")
-    click.echo(f"settings: {r['settings_source']} ({r['settings_note']})")
+    m = r["settings"].get("model")
+    model = f"; model {m['model_config_id']} ({m['source']}{', ' + m['reason'] if m['reason'] else ''})" if m else ""
+    note = f" ({r['settings_note']})" if r["settings_note"] else ""
+    click.echo(f"settings: {r['settings_source']}{note}{model}")

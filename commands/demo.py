@@ -1,4 +1,5 @@
-"""``chat-ledger demo``: record the example scenarios as fresh chats and show what the ledger holds."""
+"""``chat-ledger demo``: record the example scenarios as fresh chats, then a small simulation
+(``commands.simulate``, fixed seed, fresh ids), and show what the ledger holds."""
 
 from __future__ import annotations
 
@@ -52,9 +53,12 @@ def _expected_refusals(path: Path) -> dict[str, str] | None:
 @main.command()
 @click.option("--scenarios", "folder", type=click.Path(exists=True, file_okay=False, path_type=Path),
               default=None, help="Folder of *.jsonl scenarios (default: examples/scenarios).")
+@click.option("--sim-chats", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Chats of the simulation run after the scenarios (0: none).")
+@click.option("--sim-seed", type=int, default=42, show_default=True, help="Seed of that simulation.")
 @pass_ctx
-def demo(c: Ctx, folder: Path | None) -> None:
-    """Record a realistic set of chats from examples/ and show what the ledger holds."""
+def demo(c: Ctx, folder: Path | None, sim_chats: int, sim_seed: int) -> None:
+    """Record a realistic set of chats from examples/ and a small simulation, and show what the ledger holds."""
     folder = folder or SCENARIOS
     files = scenario_files(folder)
     if not files:
@@ -77,7 +81,20 @@ def demo(c: Ctx, folder: Path | None) -> None:
     rows = sorted((status_row(ch.state) for ch in chats if ch is not None), key=lambda r: r["title"])
     click.echo("\nChats recorded by this run:")
     print_table(rows, STATUS_COLUMNS)
+    if sim_chats:
+        from commands.simulate import print_summary, simulate
+
+        click.echo(f"\nA simulation ({sim_chats} chats driven through the same commands by a seeded fake "
+                   f"model, seed {sim_seed}):")
+        sim = simulate(app, sim_chats, sim_seed, turns=2, steps=4)
+        print_summary(sim.summary())
+        sample = next((d for d in reversed(sim.decisions) if d["action"] == "execute_local_tools"), None)
+    else:
+        sample = None
     head = app.head()
     click.echo(f"\nThe ledger now holds {head} events. Try:\n"
                f"  chat-ledger status\n  chat-ledger show {rows[0]['chat_id']}\n"
                f"  chat-ledger show {rows[0]['chat_id']} --at 2 --json")
+    if sample is not None:
+        click.echo(f"  chat-ledger next-action {sample['chat_id']} --at {sample['version']}   "
+                   f"# what the simulated worker did: {sample['action']}")

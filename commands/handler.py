@@ -27,14 +27,23 @@ def command_types() -> list[str]:
     return sorted(command_type(c) for c in HANDLERS)
 
 
+#: longest error detail echoed back: msgspec quotes offending field names and values whole (a 1 MB
+#: unknown field name made a 1 MB error line)
+MAX_DETAIL = 300
+
+
+def _clip(detail: str) -> str:
+    return detail if len(detail) <= MAX_DETAIL else f"{detail[:MAX_DETAIL]}… ({len(detail):,} characters)"
+
+
 def decode_command(data: bytes | str) -> Command:
     """Parse one JSON command; anything malformed is ``invalid_command`` naming what is wrong."""
     try:
         return _decoder().decode(data)
     except msgspec.ValidationError as e:
-        raise invalid_command(f"invalid command: {e}") from None
+        raise invalid_command(f"invalid command: {_clip(str(e))}") from None
     except msgspec.DecodeError as e:
-        raise invalid_command(f"malformed JSON: {e}") from None
+        raise invalid_command(f"malformed JSON: {_clip(str(e))}") from None
 
 
 def command_from_dict(obj: dict[str, Any]) -> Command:

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, TypeVar
 from uuid import UUID
 
-from eventsourcing.persistence import IntegrityError
+from eventsourcing.persistence import IntegrityError, PersistenceError
 
 from ledger.base import DeciderAggregate, LedgerEvent
 from ledger.errors import LedgerError
@@ -83,12 +83,29 @@ def run(app: Any, work: Callable[[UnitOfWork], R], max_attempts: int = MAX_ATTEM
     for attempt in range(max_attempts):
         uow = UnitOfWork(app)
         uow.attempt = attempt
-        result = work(uow)
         try:
+            result = work(uow)
             uow.commit()
         except IntegrityError:
             # Someone else wrote one of these streams first: re-load, re-decide.
             time.sleep(random.uniform(0, 0.002 * (2 ** min(attempt, 6))))
             continue
+        except PersistenceError as e:
+            # The database failed under the command (connection lost after the library's own retries,
+            # disk full, pool exhausted): the transaction did not commit, so nothing was recorded.
+            raise LedgerError("database_unavailable", f"{_database(app)}: {type(e).__name__}: "
+                                                      f"{str(e).strip() or 'no detail'}") from e
         return result
     raise LedgerError("conflict", f"concurrent writers: gave up after {max_attempts} attempts")
+
+
+def _database(app: Any) -> str:
+    """Which database failed, for error messages (never the password)."""
+    env = getattr(app, "env", None)
+    get = env.get if env is not None else (lambda *_: None)
+    if get("SQLITE_DBNAME"):
+        return f"SQLite database {get('SQLITE_DBNAME')}"
+    if get("POSTGRES_HOST"):
+        return (f"PostgreSQL at {get('POSTGRES_HOST')}:{get('POSTGRES_PORT')}/{get('POSTGRES_DBNAME')}"
+                f" (schema {get('POSTGRES_SCHEMA')})")
+    return "the database"

@@ -163,6 +163,14 @@ class ChatLedgerApp(Application[UUID]):
         self.payload_format = payload_format
         super().__init__(env)
         self.cached_repository = self.construct_cached_repository()
+        # SQLite: threads sharing this application queue for its one writer connection. The library
+        # gives up on that queue after 5 s (ConnectionUnavailableError) while the connection it waits
+        # for may itself be waiting up to SQLITE_LOCK_TIMEOUT for another process's write lock: wait as
+        # long for the writer as for the file lock.
+        pool = getattr(getattr(self.recorder, "datastore", None), "pool", None)
+        lock_timeout = self.env.get("SQLITE_LOCK_TIMEOUT")
+        if pool is not None and lock_timeout and hasattr(pool, "pool_timeout"):
+            pool.pool_timeout = max(float(pool.pool_timeout), float(lock_timeout))
 
     def construct_repository(self) -> Repository[UUID]:
         return Repository(event_store=self.events, snapshot_store=self.snapshots)

@@ -36,14 +36,41 @@ def _utc(v: datetime) -> datetime:
     return v.astimezone(timezone.utc)
 
 
-_encode_json = msgspec.json.Encoder().encode
+_msgspec_json = msgspec.json.Encoder().encode
+
+# PostgreSQL text and jsonb cannot hold NUL (U+0000): one chat message or title containing it made every
+# batch of the chat views fail ("PostgreSQL text fields cannot contain NUL (0x00) bytes"), wedging the
+# views of every chat. The views store U+FFFD (the replacement character) instead; the ledger itself keeps
+# the exact text (its payloads are bytes), so ``show`` and replays still give it back byte for byte.
+NUL, NUL_STANDIN = "\x00", "\ufffd"
+
+
+def _text(v: Any) -> Any:
+    return v.replace(NUL, NUL_STANDIN) if type(v) is str and NUL in v else v
+
+
+def _without_nul(v: Any) -> Any:
+    if isinstance(v, str):
+        return v.replace(NUL, NUL_STANDIN)
+    if isinstance(v, dict):
+        return {_without_nul(k): _without_nul(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_without_nul(x) for x in v]
+    return v
+
+
+def _encode_json(v: Any) -> bytes:
+    out = _msgspec_json(v)
+    if b"\\u0000" in out:  # rare: clean the value and encode again
+        out = _msgspec_json(_without_nul(v))
+    return out
 
 
 def _jsonb(v: Any) -> Jsonb:
     return Jsonb(v, dumps=_encode_json)
 
 
-_ENCODERS = {JSON: _jsonb}
+_ENCODERS = {JSON: _jsonb, TEXT: _text}
 _DECODERS = {TIMESTAMP: _utc, REAL: float}
 
 #: From this many rows on, upserts go through COPY + one merge statement.

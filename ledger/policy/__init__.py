@@ -6,4 +6,5 @@ always give the same answer and the functions can be table-tested directly.
 * ``generation`` — what the worker does next for a running chat (reference §7 ``decideGenerationAction``).
 * ``retry`` — the generation retry schedule (reference §8).
 * ``tools`` — the exclusive-tool batch rule and the advisor's eligibility and per-turn budget (§5.2).
+* ``settings`` — the generation settings of a chat from its organization's catalog and the deployment.
 """

@@ -21,8 +21,9 @@
 "Active" rows are neither deleted nor compressed. The current turn is the rows after the last active user
 row whose visibility is not ``model`` (hook model-context rows do not start a turn).
 
-Settings are plain values (``GenerationSettings``) so the model catalog can supply them later: the
-resolved model's threshold and context limit, stop-after and exclusive tool names, the advisor switches.
+Settings are plain values (``GenerationSettings``); ``ledger.policy.settings.generation_settings`` takes
+them from the model catalog and the deployment: the resolved model's threshold and context limit, the
+compaction context's limit, the advisor switches (stop-after and exclusive tool names are options).
 Dynamic tool names come from the chat (``state.dynamic_tools``).
 """
 

@@ -88,9 +88,10 @@ def test_terminated_listen_connection_does_not_stall_the_follower(pg: tuple[Any,
     with Running(follower) as f:
         wait_for(lambda: f.listen_pid is not None, 10, "the LISTEN connection")
         terminate(f.listen_pid)
-        wait_for(lambda: f.listen_pid is None, 5, "the follower to notice the dead connection")
+        # Generous bounds (a loaded CI machine), all well under the 60 s reconnect delay.
+        wait_for(lambda: f.listen_pid is None, 20, "the follower to notice the dead connection")
         w.save([w.event(ItemSet, 0, key="a", value=1, tag="x"), w.event(ItemSet, 1, key="b", value=2, tag="y")])
-        wait_for(caught_up(app, backend, p), 5, "the polled catch-up")
+        wait_for(caught_up(app, backend, p), 20, "the polled catch-up")
         assert f.listen_pid is None  # still not listening: polling did it
         assert {r["key"] for r in backend.query(p, "items")} == {"a", "b"}
 

@@ -1,0 +1,125 @@
+"""``chat-ledger audit`` and ``chat-ledger explain`` (by replay of the recorded events), and the
+``events`` group (``commands/events_io.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import click
+
+from commands import events_io as _events_io  # noqa: F401  (registers ``events``)
+from commands.cli import Ctx, emit_json, main, parse_uuid, pass_ctx
+from ledger.audit.explain import explain_queued, explain_tool_call, explain_turn
+from ledger.audit.timeline import iso, parse_time, timeline, version_as_of
+from ledger.errors import LedgerError
+
+
+def stream_events(app: Any, stream_id: UUID) -> list[Any]:
+    events = app.stream(stream_id)
+    if not events:
+        raise LedgerError("stream_not_found", f"no events recorded for {stream_id}")
+    return events
+
+
+def cut_version(events: list[Any], at_version: int | None, as_of: str | None) -> int | None:
+    """The version ``--at`` or ``--as-of`` selects (None: the latest)."""
+    if at_version is not None and as_of is not None:
+        raise click.UsageError("use --at or --as-of, not both")
+    if as_of is not None:
+        at = parse_time(as_of)
+        version = version_as_of(events, at)
+        if version is None:
+            raise LedgerError("stream_not_found", f"{events[0].originator_id} had no events at {iso(at)} "
+                                                  f"(its first is at {iso(events[0].timestamp)})")
+        return version
+    if at_version is not None and not 1 <= at_version <= events[-1].originator_version:
+        raise LedgerError("version_not_found", f"version {at_version} is not in 1..{events[-1].originator_version}")
+    return at_version
+
+
+@main.command()
+@click.argument("stream_id")
+@click.option("--at", "at_version", type=int, default=None, help="Stop at this stream version.")
+@click.option("--as-of", "as_of", default=None, metavar="TIME",
+              help="Stop at the last event recorded at or before TIME (ISO 8601, e.g. 2026-01-01T12:00:00Z).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per event.")
+@click.option("--html", "html_file", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write a self-contained HTML page of the audit to this file (chats).")
+@pass_ctx
+def audit(c: Ctx, stream_id: str, at_version: int | None, as_of: str | None, as_json: bool,
+          html_file: str | None) -> None:
+    """Timeline of a chat, catalog or conversation: each event, a summary and the state after it."""
+    sid = parse_uuid(stream_id, "stream id")
+    events = stream_events(c.app, sid)
+    upto = cut_version(events, at_version, as_of)
+    data = timeline(events, upto)
+    if html_file:
+        from ledger.audit.html import render
+
+        page = render(data, [e for e in events if upto is None or e.originator_version <= upto])
+        Path(html_file).write_text(page, encoding="utf-8")
+        click.echo(f"wrote {html_file} ({data['aggregate']} {data['stream_id']}, {len(data['events'])} events)")
+        return
+    if as_json:
+        for entry in data["events"]:
+            emit_json({"stream_id": data["stream_id"], "aggregate": data["aggregate"], **entry})
+        return
+    click.echo(f"{data['aggregate']} {data['stream_id']}: {len(data['events'])} events")
+    for entry in data["events"]:
+        click.echo(f"v{entry['version']:<4} {entry['time']}  {entry['type']}")
+        click.echo(f"      {entry['summary']}")
+        click.echo(f"      -> {_state_line(data['aggregate'], entry['state'])}")
+
+
+def _state_line(kind: str, s: dict[str, Any]) -> str:
+    if kind == "chat":
+        q = ",".join(f"#{i}" for i in s["queue"]) or "-"
+        policy = "all" if s["policy"] is None else ("[" + ",".join(s["policy"]) + "]")
+        return (f"{s['execution_state']} status={s['status']} queue={q} policy={policy} "
+                f"model={s['model'] or '-'} messages={s['messages']}"
+                + (f" error={s['last_error']['message']!r}" if s["last_error"] else ""))
+    return " ".join(f"{k}={v}" for k, v in s.items())
+
+
+@main.command()
+@click.argument("chat_id")
+@click.option("--tool-call", "tool_call", default=None, metavar="ID",
+              help="A tool call: its provider id (e.g. call_1) or its execution UUID.")
+@click.option("--queued-message", "queued_message", type=int, default=None, metavar="ID",
+              help="A queued prompt's queued_message_id.")
+@click.option("--turn", "turn", default=None, metavar="TURN_ID", help="A turn id.")
+@click.option("--json", "as_json", is_flag=True, help="Print the explanation as one JSON object.")
+@pass_ctx
+def explain(c: Ctx, chat_id: str, tool_call: str | None, queued_message: int | None, turn: str | None,
+            as_json: bool) -> None:
+    """Explain a tool call, a queued prompt or a turn of a chat from its recorded facts."""
+    chosen = [x for x in (tool_call, queued_message, turn) if x is not None]
+    if len(chosen) != 1:
+        raise click.UsageError("give exactly one of --tool-call, --queued-message, --turn")
+    cid = parse_uuid(chat_id)
+    events = c.app.stream(cid)
+    if not events or type(events[0]).__name__ != "ChatCreated":
+        raise LedgerError("chat_not_found", "chat not found")
+    if tool_call is not None:
+        data = explain_tool_call(events, tool_call, lambda eid: c.app.stream(eid))
+    elif queued_message is not None:
+        data = explain_queued(events, queued_message)
+    else:
+        data = explain_turn(events, turn)  # type: ignore[arg-type]
+    if as_json:
+        emit_json(data)
+        return
+    for line in data["explanation"]:
+        click.echo(line)
+
+
+def chat_version_as_of(app: Any, chat_id: UUID, at_version: int | None, as_of: str) -> int:
+    """``show CHAT --as-of TIME``: the chat's stream version at TIME."""
+    events = app.stream(chat_id)
+    if not events or type(events[0]).__name__ != "ChatCreated":
+        raise LedgerError("chat_not_found", "chat not found")
+    version = cut_version(events, at_version, as_of)
+    assert version is not None
+    return version

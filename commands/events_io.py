@@ -1,0 +1,413 @@
+"""``chat-ledger events verify|stats|export|import``: check, count, copy the stored events.
+
+* ``verify`` decodes every stored event with the current code, replays every stream with its aggregate's
+  ``evolve`` checking the aggregate invariants (``ledger.audit.invariants``) and the version sequence, and
+  checks that each projection it knows (``chat_views``, ``conversations``) equals the fold of the streams
+  at the projection's position (or reports its lag). Each anomaly names its stream, version and reason.
+* ``stats`` counts stored events per topic and stored class version.
+* ``export`` writes one JSON line per stored event in notification order; ``import`` records them into an
+  empty database, keeping streams, versions, order and the exact payload bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+from collections import Counter
+from typing import Any, Iterator
+from uuid import UUID
+
+import click
+import msgspec
+from eventsourcing.persistence import StoredEvent
+
+from commands.cli import Ctx, emit_json, main, pass_ctx, print_table
+from ledger.audit.invariants import check
+from ledger.audit.timeline import aggregate_class, iso
+from ledger.base import TOPICS
+from ledger.errors import LedgerError
+
+EXPORT_FORMAT = "chat-ledger-events"
+EXPORT_VERSION = 1
+PAGE = 1000
+
+
+def _uuid(v: Any) -> UUID:
+    return v if isinstance(v, UUID) else UUID(str(v))
+
+
+def raw_payload(app: Any, state: bytes) -> bytes:
+    """The payload bytes as the codec sees them (after the cipher and compressor, if configured)."""
+    mapper = app.mapper
+    if mapper.cipher:
+        state = mapper.cipher.decrypt(state)
+    if mapper.compressor:
+        state = mapper.compressor.decompress(state)
+    return state
+
+
+def iter_notifications(app: Any, start: int = 0, stop: int | None = None) -> Iterator[Any]:
+    while True:
+        notes = app.notifications(start, PAGE, stop=stop)
+        if not notes:
+            return
+        yield from notes
+        start = notes[-1].id
+        if stop is not None and start >= stop:
+            return
+
+
+# -- verify -------------------------------------------------------------------------------------------------
+
+class _Stream:
+    __slots__ = ("evolve", "state", "version", "memo", "broken", "timestamp")
+
+    def __init__(self) -> None:
+        self.evolve: Any = None
+        self.state: Any = None
+        self.version = 0
+        self.memo: dict[str, Any] = {}
+        self.broken = False
+        self.timestamp: Any = None
+
+
+def _expected_chat_views(streams: dict[UUID, _Stream]) -> tuple[dict[str, list[dict[str, Any]]], set[str]]:
+    from ledger.chat.state import ChatState
+    from ledger.chat.views import queue_row, status_values, unresolved_values
+
+    out: dict[str, list[dict[str, Any]]] = {"chat_status": [], "unresolved_tool_calls": [], "chat_queue": []}
+    skip: set[str] = set()
+    for sid, st in streams.items():
+        if st.broken:
+            skip.add(str(sid))
+            continue
+        s = st.state
+        if not isinstance(s, ChatState):
+            continue
+        out["chat_status"].append(status_values(s))
+        out["unresolved_tool_calls"].extend(unresolved_values(s))
+        out["chat_queue"].extend(queue_row(s.chat_id, q) for q in s.queue)
+    return out, skip
+
+
+def _expected_conversations(streams: dict[UUID, _Stream]) -> tuple[dict[str, list[dict[str, Any]]], set[str]]:
+    from ledger.conversation.queries import conversation_view_row
+    from ledger.conversation.state import ConversationState
+
+    rows, skip = [], set()
+    for sid, st in streams.items():
+        if st.broken:
+            skip.add(str(sid))
+            continue
+        if isinstance(st.state, ConversationState):
+            rows.append({"conversation_id": str(sid), **conversation_view_row(st.state),
+                         "version": st.version, "updated_at": st.timestamp})
+    return {"conversations": rows}, skip
+
+
+#: projection name -> (expected rows from the folded streams, the column naming the stream)
+CHECKED_VIEWS = {"chat_views": (_expected_chat_views, "chat_id"),
+                 "conversations": (_expected_conversations, "conversation_id")}
+
+
+def _compare(projection: Any, backend: Any, expected: dict[str, list[dict[str, Any]]], skip: set[str],
+             stream_column: str, anomalies: list[dict[str, Any]]) -> int:
+    """Compare the live build's tables with the expected rows; returns the number of rows compared."""
+    compared = 0
+    with backend.reading(projection.name) as reader:
+        for table in projection.tables:
+            if table.name not in expected:
+                continue
+            want = {table.key_of(r): r for r in (table.normalize_row(r) for r in expected[table.name])}
+            have = {table.key_of(r): r for r in (table.normalize_row(r) for r in reader.query(table.name))}
+            for key in sorted(set(want) | set(have), key=lambda k: tuple(map(str, k))):
+                w, h = want.get(key), have.get(key)
+                row = w if w is not None else h
+                sid = str(row[stream_column])
+                if sid in skip:
+                    continue
+                compared += 1
+                if w == h:
+                    continue
+                version = (w or h).get("version")
+                if w is None:
+                    reason = f"row {list(map(str, key))} is in the view but not in the fold of the stream"
+                elif h is None:
+                    reason = f"row {list(map(str, key))} of the fold of the stream is missing from the view"
+                else:
+                    diffs = [f"{c}: view={_short(h.get(c))} fold={_short(w.get(c))}" for c in w if w.get(c) != h.get(c)]
+                    reason = f"row {list(map(str, key))} differs: " + "; ".join(diffs)
+                anomalies.append({"stream_id": sid, "version": version, "notification_id": None,
+                                  "check": "projection", "projection": projection.name, "table": table.name,
+                                  "reason": reason})
+    return compared
+
+
+def _short(v: Any) -> str:
+    text = str(iso(v) if hasattr(v, "tzinfo") else v)
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def verify(app: Any, backend: Any = None, projections: list[Any] | None = None) -> dict[str, Any]:
+    """Decode, replay and check every stored event; compare the known projections with the fold."""
+    head = app.head()
+    anomalies: list[dict[str, Any]] = []
+    streams: dict[UUID, _Stream] = {}
+    checks: list[dict[str, Any]] = []
+    pending: list[tuple[int, Any, dict[str, Any]]] = []  # (position, projection, check row) to snapshot
+    for p in projections or []:
+        row: dict[str, Any] = {"projection": p.name, "position": None, "head": head, "lag": None,
+                               "rows_compared": 0, "result": "not built"}
+        checks.append(row)
+        if p.name not in CHECKED_VIEWS:
+            row["result"] = "not checked (no fold known)"
+            continue
+        live = backend.live_version(p.name)
+        if live is None:
+            continue
+        position = backend.position(p.name, live) or 0
+        row.update(position=position, lag=max(head - position, 0), live_version=live)
+        pending.append((position, p, row))
+    pending.sort(key=lambda t: t[0])
+
+    def snapshot_due(upto: int) -> None:
+        while pending and pending[0][0] <= upto:
+            _, p, row = pending.pop(0)
+            expected_of, column = CHECKED_VIEWS[p.name]
+            expected, skip = expected_of(streams)
+            before = len(anomalies)
+            row["rows_compared"] = _compare(p, backend, expected, skip, column, anomalies)
+            row["result"] = "equal" if len(anomalies) == before else "differs"
+
+    def anomaly(sid: Any, version: Any, nid: Any, kind: str, reason: str) -> None:
+        anomalies.append({"stream_id": str(sid), "version": version, "notification_id": nid, "check": kind,
+                          "reason": reason})
+
+    count = 0
+    for n in iter_notifications(app, 0, head):
+        # the views at position P equal the fold of every event up to P: compare before going past it
+        if pending and pending[0][0] < n.id:
+            snapshot_due(n.id - 1)
+        count += 1
+        sid = _uuid(n.originator_id)
+        st = streams.get(sid)
+        if st is None:
+            st = streams[sid] = _Stream()
+        try:
+            event = app.mapper.to_domain_event(n)
+        except Exception as e:  # CodecError, or anything a broken payload raises
+            anomaly(sid, n.originator_version, n.id, "decode", str(e))
+            st.broken = True
+            continue
+        if st.broken:
+            continue
+        if n.originator_version != st.version + 1:
+            anomaly(sid, n.originator_version, n.id, "version",
+                    f"version {n.originator_version} follows version {st.version} (expected {st.version + 1})")
+            st.broken = True
+            continue
+        try:
+            if st.evolve is None:
+                st.evolve = aggregate_class(event).evolve
+            st.state = st.evolve(st.state, event)
+        except Exception as e:
+            anomaly(sid, n.originator_version, n.id, "replay", f"{type(event).__name__} cannot be applied: "
+                    f"{type(e).__name__}: {e}")
+            st.broken = True
+            continue
+        st.version = n.originator_version
+        st.timestamp = event.timestamp
+        for reason in check(st.state, event, st.memo):
+            anomaly(sid, n.originator_version, n.id, "invariant", f"after {type(event).__name__}: {reason}")
+    snapshot_due(head)
+    for _, p, row in pending:  # pragma: no cover - positions beyond the head (a concurrent writer)
+        row["result"] = "not checked (position beyond the head read)"
+    return {"ok": not anomalies, "events": count, "streams": len(streams), "head": head,
+            "anomalies": anomalies, "projections": checks}
+
+
+@main.group()
+def events() -> None:
+    """Stored events: verify, stats, export, import."""
+
+
+@events.command("verify")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+@click.option("--no-projections", is_flag=True, help="Only decode and replay the streams.")
+@pass_ctx
+def events_verify(c: Ctx, as_json: bool, no_projections: bool) -> None:
+    """Decode and replay every stored event, check invariants and projections; exit 1 on any anomaly."""
+    from commands.cli_views import all_projections, backend_of
+
+    backend = None if no_projections else backend_of(c)
+    report = verify(c.app, backend, None if no_projections else all_projections(c.app))
+    if as_json:
+        emit_json(report)
+    else:
+        click.echo(f"verified {report['events']} events in {report['streams']} streams "
+                   f"(head {report['head']})")
+        for a in report["anomalies"]:
+            where = f" notification {a['notification_id']}" if a.get("notification_id") else ""
+            click.echo(f"  stream {a['stream_id']} version {a['version']}{where}: [{a['check']}] {a['reason']}")
+        for p in report["projections"]:
+            click.echo(f"  projection {p['projection']}: {p['result']}"
+                       + (f", position {p['position']}, lag {p['lag']}, {p['rows_compared']} rows compared"
+                          if p["position"] is not None else ""))
+        click.echo("OK" if report["ok"] else f"FAILED: {len(report['anomalies'])} anomalies")
+    sys.exit(0 if report["ok"] else 1)
+
+
+# -- stats --------------------------------------------------------------------------------------------------
+
+class _Version(msgspec.Struct):
+    class_version: int = 1
+
+
+_json_version = msgspec.json.Decoder(_Version)
+_msgpack_version = msgspec.msgpack.Decoder(_Version)
+
+
+def stored_class_version(data: bytes) -> int | None:
+    try:
+        return (_json_version if data[:1] == b"{" else _msgpack_version).decode(data).class_version
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def stats(app: Any) -> list[dict[str, Any]]:
+    counts: Counter[tuple[str, int | None]] = Counter()
+    for n in iter_notifications(app):
+        counts[(n.topic, stored_class_version(raw_payload(app, n.state)))] += 1
+    rows = []
+    for (topic, version), count in sorted(counts.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+        cls = TOPICS.get(topic)
+        rows.append({"topic": topic, "class_version": version, "count": count,
+                     "code_class_version": getattr(cls, "class_version", None) if cls else None,
+                     "known": cls is not None})
+    return rows
+
+
+@events.command("stats")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@pass_ctx
+def events_stats(c: Ctx, as_json: bool) -> None:
+    """Stored events per topic and stored class version (and the code's class version)."""
+    rows = stats(c.app)
+    if as_json:
+        for r in rows:
+            emit_json(r)
+        return
+    print_table(rows, ("topic", "class_version", "count", "code_class_version", "known"))
+    click.echo(f"total {sum(r['count'] for r in rows)}")
+
+
+# -- export / import ----------------------------------------------------------------------------------------
+
+def export_lines(app: Any, since: int = 0) -> Iterator[bytes]:
+    """A header line, then one line per stored event after notification ``since``, in notification order.
+
+    ``json`` holds a JSON payload's exact text (valid UTF-8 starting with ``{``); any other payload
+    (msgpack, compressed or encrypted) is kept as ``b64``. Both give back the exact stored bytes."""
+    enc = msgspec.json.Encoder()
+    yield enc.encode({"format": EXPORT_FORMAT, "version": EXPORT_VERSION, "since": since, "head": app.head()})
+    for n in iter_notifications(app, since):
+        line: dict[str, Any] = {"id": n.id, "stream": str(_uuid(n.originator_id)), "version": n.originator_version,
+                                "topic": n.topic}
+        data = bytes(n.state)
+        text = None
+        if data[:1] == b"{":
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+        if text is not None:
+            line["json"] = text
+        else:
+            line["b64"] = base64.b64encode(data).decode("ascii")
+        yield enc.encode(line)
+
+
+@events.command("export")
+@click.option("--since", type=int, default=0, show_default=True, help="Only events after this notification id.")
+@click.option("--output", "-o", type=click.File("wb"), default="-", help="File to write (default stdout).")
+@pass_ctx
+def events_export(c: Ctx, since: int, output: Any) -> None:
+    """Write the stored events as JSON lines (a header line first), in notification order."""
+    n = -1
+    for line in export_lines(c.app, since):
+        output.write(line + b"\n")
+        n += 1
+    click.echo(f"exported {n} events", err=True)
+
+
+class _Line(msgspec.Struct, forbid_unknown_fields=True):
+    id: int
+    stream: UUID
+    version: int
+    topic: str
+    json: str | None = None
+    b64: str | None = None
+
+
+def import_lines(app: Any, lines: Any, batch: int = 1000) -> int:
+    """Record exported events into an empty database (same streams, versions, order and payload bytes)."""
+    if app.head() != 0:
+        raise LedgerError("database_not_empty", "events import needs an empty database (it has events)")
+    decoder = msgspec.json.Decoder(_Line)
+    header_seen = False
+    pending: list[StoredEvent] = []
+    total = 0
+    for number, raw in enumerate(lines, start=1):
+        if isinstance(raw, str):
+            raw = raw.encode("utf-8")
+        if not raw.strip():
+            continue
+        if not header_seen:
+            try:
+                header = msgspec.json.decode(raw)
+            except msgspec.DecodeError as e:
+                raise LedgerError("invalid_export", f"line {number}: not JSON: {e}") from None
+            if not isinstance(header, dict) or header.get("format") != EXPORT_FORMAT:
+                raise LedgerError("invalid_export", f"line {number}: not a chat-ledger export header")
+            if header.get("version") != EXPORT_VERSION:
+                raise LedgerError("invalid_export", f"unsupported export version {header.get('version')!r}")
+            header_seen = True
+            continue
+        try:
+            line = decoder.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            raise LedgerError("invalid_export", f"line {number}: {e}") from None
+        if (line.json is None) == (line.b64 is None):
+            raise LedgerError("invalid_export", f"line {number}: exactly one of json and b64 is needed")
+        data = line.json.encode("utf-8") if line.json is not None else base64.b64decode(line.b64)
+        pending.append(StoredEvent(originator_id=line.stream, originator_version=line.version,
+                                   topic=line.topic, state=data))
+        if len(pending) >= batch:
+            total += _insert(app, pending)
+            pending = []
+    if not header_seen:
+        raise LedgerError("invalid_export", "empty file: no export header")
+    if pending:
+        total += _insert(app, pending)
+    return total
+
+
+def _insert(app: Any, stored: list[StoredEvent]) -> int:
+    from eventsourcing.persistence import IntegrityError
+
+    try:
+        app.recorder.insert_events(stored)
+    except IntegrityError as e:
+        first = stored[0]
+        raise LedgerError("invalid_export", f"events clash with recorded ones near stream {first.originator_id} "
+                                            f"version {first.originator_version}: {e}") from None
+    return len(stored)
+
+
+@events.command("import")
+@click.argument("file", type=click.File("rb"))
+@pass_ctx
+def events_import(c: Ctx, file: Any) -> None:
+    """Record an export (FILE or - for stdin) into an empty database."""
+    n = import_lines(c.app, file)
+    click.echo(f"imported {n} events")
