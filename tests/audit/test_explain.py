@@ -84,3 +84,29 @@ def test_explain_errors(db_url):
     assert "error: chat_not_found:" in cli(db_url, "explain", str(uuid.uuid4()), "--turn", str(uuid.uuid4()), code=1).output
     assert cli(db_url, "explain", chat_id, code=2).exit_code == 2
     assert cli(db_url, "explain", chat_id, "--tool-call", "c1", "--queued-message", "1", code=2).exit_code == 2
+
+
+def test_explain_a_tool_call_with_its_execution_record(db_url):
+    """A claimed, run and answered call: the explanation cites its execution stream (claims, response)."""
+    app = open_app(db_url)
+    try:
+        from tests.catalog.kit import run
+
+        chat_id = scenario(app)
+        run(app, type="send_message", chat_id=chat_id, text="run the tests")  # W after the interrupt -> R0
+        step = run(app, type="commit_step", chat_id=chat_id, messages=[{"role": "assistant", "parts": [
+            {"type": "tool-call", "tool_call_id": "x1", "tool_name": "execute", "args": {"cmd": "make"}}]}])
+        (assistant_id,) = step["message_ids"]
+        ref = {"chat_id": chat_id, "assistant_message_id": assistant_id, "tool_call_id": "x1"}
+        assert run(app, type="claim_tool_call", tool_name="execute", **ref)["outcome"] == "run"
+        assert run(app, type="claim_tool_call", tool_name="execute", **ref)["outcome"] == "saved"
+        run(app, type="record_tool_call_response", status=200, body='{"exit_code": 0}', **ref)
+    finally:
+        app.close()
+    data = json.loads(cli(db_url, "explain", chat_id, "--tool-call", "x1", "--json").output)
+    execution = data["execution"]
+    assert execution is not None and execution["execution_id"] == data["execution_id"]
+    assert execution["claims"] == 2
+    assert len(execution["events"]) >= 3  # two claims and the response, in order
+    text = cli(db_url, "explain", chat_id, "--tool-call", "x1").output
+    assert "execution record:" in text and "no tool-call execution was recorded" not in text
