@@ -2,7 +2,7 @@
 
 * ``verify`` decodes every stored event with the current code, replays every stream with its aggregate's
   ``evolve`` checking the aggregate invariants (``ledger.audit.invariants``) and the version sequence, and
-  checks that each projection it knows (``chat_views``, ``conversations``) equals the fold of the streams
+  checks that each projection it knows (``chat_views``, ``conversations``, ``org_models``) equals the fold of the streams
   at the projection's position (or reports its lag). Each anomaly names its stream, version and reason.
 * ``stats`` counts stored events per topic and stored class version.
 * ``export`` writes one JSON line per stored event in notification order; ``import`` records them into an
@@ -105,9 +105,35 @@ def _expected_conversations(streams: dict[UUID, _Stream]) -> tuple[dict[str, lis
     return {"conversations": rows}, skip
 
 
+def _expected_org_models(streams: dict[UUID, _Stream]) -> tuple[dict[str, list[dict[str, Any]]], set[str]]:
+    """org_models rows: each catalog's ``models`` view with the deployment settings as folded so far."""
+    from ledger.catalog.state import CatalogState, DeploymentState
+    from ledger.catalog.views import models_view
+    from projections.org_models import view_row
+
+    deployment = next((st.state for st in streams.values() if isinstance(st.state, DeploymentState)), None)
+    out: dict[str, list[dict[str, Any]]] = {"organizations": [], "users": []}
+    skip: set[str] = set()
+    for sid, st in streams.items():
+        if st.broken:
+            skip.add(str(sid))
+            continue
+        s = st.state
+        if not isinstance(s, CatalogState):
+            continue
+        out["organizations"].append({**view_row(models_view(s.organization_id, s, deployment)),
+                                     "version": s.version, "updated_at": s.updated_at})
+        for user in sorted(set(s.members) | set(s.user_overrides)):
+            mine = models_view(s.organization_id, s, deployment, user)
+            out["users"].append({"organization_id": str(sid), "user_id": str(user),
+                                 "personal_overrides": mine["personal_overrides"], "effective": mine["effective"]})
+    return out, skip
+
+
 #: projection name -> (expected rows from the folded streams, the column naming the stream)
 CHECKED_VIEWS = {"chat_views": (_expected_chat_views, "chat_id"),
-                 "conversations": (_expected_conversations, "conversation_id")}
+                 "conversations": (_expected_conversations, "conversation_id"),
+                 "org_models": (_expected_org_models, "organization_id")}
 
 
 def _compare(projection: Any, backend: Any, expected: dict[str, list[dict[str, Any]]], skip: set[str],

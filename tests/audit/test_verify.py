@@ -39,6 +39,7 @@ def test_a_clean_ledger_verifies_and_views_equal_the_fold(db_url):
     assert views["chat_views"]["result"] == "equal" and views["chat_views"]["lag"] == 0
     assert views["chat_views"]["rows_compared"] >= 2
     assert views["conversations"]["result"] == "equal"
+    assert views["org_models"]["result"] == "equal" and views["org_models"]["rows_compared"] >= 2
     out = cli(db_url, "events", "verify").output
     assert out.splitlines()[-1] == "OK" and f"verified {head} events" in out
 
