@@ -110,3 +110,21 @@ def test_stats_counts_per_topic_and_class_version(db_url):
     assert all(r["class_version"] == 1 and r["code_class_version"] == 1 and r["known"] for r in rows)
     assert sum(r["count"] for r in rows) == head
     assert cli(db_url, "events", "stats").output.splitlines()[-1] == f"total {head}"
+
+
+def test_a_view_row_that_disagrees_with_the_fold_is_reported(db_url):
+    a, b, head = _two_chats(db_url)
+    cli(db_url, "projections", "catch-up")
+    raw = RawDB(db_url)
+    if raw.db.backend == "sqlite":
+        with raw._sqlite() as conn:
+            conn.execute("UPDATE chat_views_v1_chat_status SET title = 'tampered' WHERE chat_id = ?", (a,))
+    else:
+        with raw._pg() as conn:
+            conn.execute(f'UPDATE "{raw.db.schema}".chat_views_v1_chat_status SET title = %s WHERE chat_id = %s',
+                         ("tampered", a))
+    result = cli(db_url, "events", "verify", "--json", code=1)
+    report = json.loads(result.output)
+    (anomaly,) = report["anomalies"]
+    assert anomaly["check"] == "projection" and anomaly["stream_id"] == a
+    assert anomaly["table"] == "chat_status" and "title" in anomaly["reason"] and "tampered" in anomaly["reason"]
