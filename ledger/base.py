@@ -133,3 +133,15 @@ class Emitter:
         )
         self.events.append(event)
         return event
+
+
+def remember_idempotency_key(idempotency: dict[str, list[int]], event: Any) -> None:
+    """Record the stream versions written by the command that carried ``event.idempotency_key``
+    (``[first, last]``), so a repeat of that command returns its first result and records nothing."""
+    key = event.idempotency_key
+    if key is not None:
+        span = idempotency.get(key)
+        if span is None:
+            idempotency[key] = [event.originator_version, event.originator_version]
+        else:
+            span[1] = event.originator_version

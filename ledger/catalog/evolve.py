@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ledger.base import remember_idempotency_key
 from ledger.catalog import events as ev
 from ledger.catalog.state import CatalogState, ClaimState, DeploymentState, initial_catalog
 from ledger.catalog.values import AdminOverride, ProviderState, UserOverride
@@ -15,13 +16,7 @@ from ledger.catalog.values import AdminOverride, ProviderState, UserOverride
 
 def _track(state: Any, event: Any) -> None:
     state.version = event.originator_version
-    key = event.idempotency_key
-    if key is not None:
-        span = state.idempotency.get(key)
-        if span is None:
-            state.idempotency[key] = [event.originator_version, event.originator_version]
-        else:
-            span[1] = event.originator_version
+    remember_idempotency_key(state.idempotency, event)
 
 
 def evolve_catalog(state: CatalogState | None, event: Any) -> CatalogState:

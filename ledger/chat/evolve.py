@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from ledger.base import remember_idempotency_key
 from ledger.chat import events as ev
 from ledger.chat.state import ChatState, message_info
 from ledger.chat.values import Message
@@ -72,13 +73,7 @@ def evolve(state: ChatState | None, event: Any) -> ChatState:
         handler(state, event)
     state.version = event.originator_version
     state.updated_at = event.timestamp
-    key = event.idempotency_key
-    if key is not None:
-        span = state.idempotency.get(key)
-        if span is None:
-            state.idempotency[key] = [event.originator_version, event.originator_version]
-        else:
-            span[1] = event.originator_version
+    remember_idempotency_key(state.idempotency, event)
     return state
 
 

@@ -9,6 +9,7 @@ from uuid import UUID
 
 import msgspec
 
+from ledger.base import remember_idempotency_key
 from ledger.toolcalls import events as ev
 
 Status = Literal["running", "done", "canceled"]
@@ -105,11 +106,5 @@ def evolve(state: ToolCallExecutionState | None, event: Any) -> ToolCallExecutio
             raise TypeError(f"unexpected event {t.__name__}")
     state.version = event.originator_version
     state.updated_at = event.timestamp
-    key = event.idempotency_key
-    if key is not None:
-        span = state.idempotency.get(key)
-        if span is None:
-            state.idempotency[key] = [event.originator_version, event.originator_version]
-        else:
-            span[1] = event.originator_version
+    remember_idempotency_key(state.idempotency, event)
     return state
