@@ -2,7 +2,15 @@
 
 * replay: load a 10,000-event chat (decode + fold) vs decoding the same events alone (target >= 0.8);
 * rebuild: rebuild the three chat views from N recorded events vs scanning and decoding the same
-  notification range (target >= 0.5 on PostgreSQL), with peak RSS of a rebuild at two sizes (flat).
+  notification range (target >= 0.5 on PostgreSQL), with peak RSS of a rebuild at two sizes (flat);
+* throughput: a simulated workload's commands through the real handler vs bare ``app.save`` of the very
+  events the handler recorded, one save per command, into a fresh database (overhead target <= 1.3x);
+* concurrent: 4 writer processes on distinct chats and on 2 contended chats: commands/s, conflict
+  retries (counted by wrapping ``UnitOfWork.commit``), refusals;
+* views: 100,000 small chats, the chat views caught up, then p50/p99 latency of ``backend.query`` as the
+  CLI's ``status`` (by chat, by organization) and ``unresolved`` run it.
+
+``--quick`` runs every measurement at toy sizes (a smoke test: its figures mean nothing).
 
 Each measurement runs in a fresh process (so peak RSS is the rebuild's own) on its own database: a new
 SQLite file or a new PostgreSQL schema, dropped afterwards. Also runnable as ``python -m commands.bench``.
@@ -25,6 +33,7 @@ from typing import Any
 import click
 
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
+KINDS = ("replay", "rebuild", "throughput", "concurrent", "views")
 
 
 def _fresh_url(backend: str, pg_url: str, tmp: str) -> str:
@@ -150,6 +159,284 @@ def child_replay(url: str, events: int) -> dict[str, Any]:
             "ratio": round(min(decode) / min(replay), 3)}
 
 
+
+# -- command throughput, concurrent writers, view queries -------------------------------------------------
+
+def chat_script_commands(rng: Any, org: Any, owner: Any, chat_id: Any) -> list[dict[str, Any]]:
+    """The commands of one small simulated chat (a worker's turn with a local tool call, a follow-up
+    turn), as JSON objects for the real handler. Every command is valid in the state the previous one
+    leaves, so a single writer applies them all."""
+    cid = str(chat_id)
+    call = f"call_{rng.randint(1, 10**9)}"
+    tool = rng.choice(["read", "execute"])
+    return [
+        {"type": "create_chat", "organization_id": str(org), "owner_id": str(owner), "chat_id": cid,
+         "text": f"Task {rng.randint(1, 10**6)}: please help", "dynamic_tools": ["ask_user"]},
+        {"type": "commit_step", "chat_id": cid, "messages": [{"role": "assistant", "parts": [
+            {"type": "text", "text": "Working on it."},
+            {"type": "tool-call", "tool_call_id": call, "tool_name": tool, "args": {"path": f"src/f{rng.randint(1, 99)}.py"}}],
+            "usage": {"input_tokens": rng.randint(1000, 90000), "output_tokens": 200}}]},
+        {"type": "commit_step", "chat_id": cid, "messages": [{"role": "tool", "parts": [
+            {"type": "tool-result", "tool_call_id": call, "tool_name": tool, "result": {"ok": True, "lines": rng.randint(1, 200)}}]}]},
+        {"type": "commit_step", "chat_id": cid, "messages": [{"role": "assistant", "parts": [
+            {"type": "text", "text": "Here is the answer."}], "usage": {"input_tokens": rng.randint(1000, 90000), "output_tokens": 300}}]},
+        {"type": "finish_turn", "chat_id": cid},
+        {"type": "send_message", "chat_id": cid, "text": "next question"},
+        {"type": "commit_step", "chat_id": cid, "messages": [{"role": "assistant", "parts": [
+            {"type": "text", "text": "Done."}]}]},
+        {"type": "finish_turn", "chat_id": cid},
+    ]
+
+
+def _workload_commands(n: int, seed: int = 5) -> list[Any]:
+    import random
+
+    from commands.handler import command_from_dict
+    from commands.workload import ORGS, USERS
+
+    rng = random.Random(seed)
+    cmds: list[Any] = []
+    while len(cmds) < n:
+        chat_id = uuid.UUID(int=rng.getrandbits(128), version=4)
+        cmds.extend(command_from_dict(c) for c in
+                    chat_script_commands(rng, rng.choice(ORGS), rng.choice(USERS), chat_id))
+    return cmds[:n]
+
+
+def child_throughput(url: str, commands: int) -> dict[str, Any]:
+    """Commands through the real handler vs bare ``app.save`` of the events the handler recorded (the same
+    events, one save per command, into a fresh database with the same catalogs). Both best of 2."""
+    from commands.handler import execute
+    from commands.workload import setup_catalogs
+    from ledger.store import open_app
+
+    cmds = _workload_commands(commands)  # decoded outside the timing: the handler's own work is measured
+    handler_s, save_s, events = [], [], 0
+    for attempt in range(2):
+        url_h = url if attempt == 0 else _sibling(url, "h2")
+        app = open_app(url_h)
+        setup_catalogs(app)
+        start = app.head()
+        ends: list[tuple[Any, int]] = []
+        t = time.perf_counter()
+        for c in cmds:
+            r = execute(app, c)
+            ends.append((r["chat_id"], r["version"]))
+        handler_s.append(time.perf_counter() - t)
+        recorded = [e for _, e in app.iter_events(start)]
+        app.close()
+        events = len(recorded)
+        # the events of each command: its chat's events up to the version the command's result names
+        by_chat: dict[Any, list[Any]] = {}
+        for e in recorded:
+            by_chat.setdefault(str(e.originator_id), []).append(e)
+        groups, done = [], {}
+        for chat_id, version in ends:
+            chat_id = str(chat_id)
+            lo = done.get(chat_id, 0)
+            groups.append(by_chat[chat_id][lo:version])
+            done[chat_id] = version
+        assert sum(map(len, groups)) == events, "every recorded event belongs to exactly one command"
+        url_s = _sibling(url, "s1" if attempt == 0 else "s2")
+        base = open_app(url_s)
+        setup_catalogs(base)
+        t = time.perf_counter()
+        for g in groups:
+            base.save(*g)
+        save_s.append(time.perf_counter() - t)
+        base.close()
+        for u in ((url_s,) if attempt == 0 else (url_h, url_s)):
+            _drop(u)
+    h, s = min(handler_s), min(save_s)
+    return {"commands": len(cmds), "events": events, "handler_commands_per_s": round(len(cmds) / h),
+            "handler_events_per_s": round(events / h), "bare_save_commands_per_s": round(len(cmds) / s),
+            "bare_save_events_per_s": round(events / s), "overhead": round(h / s, 3),
+            "handler_s": [round(x, 3) for x in handler_s], "bare_save_s": [round(x, 3) for x in save_s]}
+
+
+def _sibling(url: str, tag: str) -> str:
+    if url.startswith("sqlite"):
+        return url.replace(".db", f"-{tag}.db")
+    return f"{url}_{tag}"
+
+
+def _writer(url: str, chat_ids: list[str], commands: int, seed: int, barrier: Any, out: Any) -> None:
+    """One writer process: ``commands`` commands on ``chat_ids`` (chosen at random), alternating an
+    assistant step and a title change (both allowed in R0 and leaving it there). Counts conflict retries."""
+    import random
+
+    from commands import uow
+    from commands.handler import command_from_dict, execute
+    from eventsourcing.persistence import IntegrityError
+    from ledger.errors import LedgerError
+    from ledger.store import open_app
+
+    retries = [0]
+    commit = uow.UnitOfWork.commit
+
+    def counting_commit(self: Any) -> Any:
+        try:
+            return commit(self)
+        except IntegrityError:
+            retries[0] += 1
+            raise
+
+    uow.UnitOfWork.commit = counting_commit  # type: ignore[method-assign]
+    rng = random.Random(seed)
+    app = open_app(url)
+    cmds = []
+    for i in range(commands):
+        cid = rng.choice(chat_ids)
+        if i % 2:
+            cmds.append(command_from_dict({"type": "set_title", "chat_id": cid, "title": f"t{seed}-{i}"}))
+        else:
+            cmds.append(command_from_dict({"type": "commit_step", "chat_id": cid, "messages": [
+                {"role": "assistant", "parts": [{"type": "text", "text": f"step {seed}-{i}"}]}]}))
+    ok, refused = 0, {}
+    barrier.wait()
+    t = time.perf_counter()
+    for c in cmds:
+        try:
+            execute(app, c)
+            ok += 1
+        except LedgerError as e:
+            refused[e.code] = refused.get(e.code, 0) + 1
+    elapsed = time.perf_counter() - t
+    app.close()
+    out.put({"ok": ok, "refused": refused, "retries": retries[0], "seconds": elapsed})
+
+
+def child_concurrent(url: str, commands: int, processes: int = 4) -> dict[str, Any]:
+    """``processes`` writer processes, ``commands`` commands each: on distinct chats (10 per writer) and
+    on contended chats (2 chats shared by every writer). Commands/s over the wall time, conflict retries."""
+    import multiprocessing as mp
+
+    from commands.handler import command_from_dict, execute
+    from commands.workload import ORGS, USERS, setup_catalogs
+    from ledger.store import open_app
+
+    app = open_app(url)
+    setup_catalogs(app)
+
+    def new_chat() -> str:
+        return execute(app, command_from_dict({"type": "create_chat", "organization_id": str(ORGS[0]),
+                                               "owner_id": str(USERS[0]), "text": "go"}))["chat_id"]
+
+    plans = {"distinct": [[new_chat() for _ in range(10)] for _ in range(processes)],
+             "contended": [[new_chat() for _ in range(2)]] * processes}
+    head0 = app.head()
+    app.close()
+    ctx = mp.get_context("fork")
+    out: dict[str, Any] = {"processes": processes, "commands_per_process": commands}
+    for mode, plan in plans.items():
+        app = open_app(url)
+        head_before = app.head()
+        app.close()
+        barrier, q = ctx.Barrier(processes + 1), ctx.Queue()
+        procs = [ctx.Process(target=_writer, args=(url, plan[i], commands, 100 * i + len(mode), barrier, q))
+                 for i in range(processes)]
+        for p in procs:
+            p.start()
+        barrier.wait()
+        t = time.perf_counter()
+        results = [q.get(timeout=600) for _ in procs]
+        wall = time.perf_counter() - t
+        for p in procs:
+            p.join(timeout=60)
+        ok = sum(r["ok"] for r in results)
+        refused: dict[str, int] = {}
+        for r in results:
+            for k, v in r["refused"].items():
+                refused[k] = refused.get(k, 0) + v
+        app = open_app(url)
+        # count the events (PostgreSQL notification ids have gaps where a conflicting insert rolled back)
+        written = sum(1 for _ in app.iter_events(head_before))
+        app.close()
+        out[mode] = {"chats": len({c for chats in plan for c in chats}), "commands_ok": ok, "refused": refused,
+                     "commands_per_s": round(ok / wall), "conflict_retries": sum(r["retries"] for r in results),
+                     "retries_per_command": round(sum(r["retries"] for r in results) / max(ok, 1), 3),
+                     "events_written": written, "wall_s": round(wall, 2)}
+        assert written == ok, f"{mode}: {written} events for {ok} applied one-event commands"
+    out["setup_events"] = head0
+    return out
+
+
+def _percentiles(samples: list[float]) -> dict[str, float]:
+    s = sorted(samples)
+    pick = lambda q: s[min(len(s) - 1, int(q * len(s)))] * 1000  # noqa: E731
+    return {"p50_ms": round(pick(0.50), 3), "p99_ms": round(pick(0.99), 3), "samples": len(s)}
+
+
+def child_views(url: str, chats: int) -> dict[str, Any]:
+    """``chats`` small chats (2-4 events each, written by the workload's pure core in big transactions),
+    the chat_views projection caught up, then latencies of the view queries the CLI runs."""
+    import random
+
+    from commands.workload import ORGS, ChatScript, setup_catalogs
+    from ledger.store import open_app
+    from projections import catch_up, open_backend
+    from projections.chats import chat_projections
+
+    app = open_app(url)
+    facts = setup_catalogs(app)
+    rng = random.Random(3)
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t = time.perf_counter()
+    pending, ids = [], []
+    for _ in range(chats):
+        script = ChatScript(random.Random(rng.getrandbits(64)), start, facts)
+        for _ in range(rng.choice((2, 2, 3, 4))):
+            script.step()
+        pending.append(script.chat)
+        ids.append(str(script.chat.id))
+        if len(pending) >= 500:
+            app.save(*pending)
+            pending = []
+    if pending:
+        app.save(*pending)
+    write_s = time.perf_counter() - t
+    backend = open_backend(url)
+    t = time.perf_counter()
+    views = chat_projections(app)[0]
+    applied = catch_up(app, views, backend, batch_size=2000)
+    catch_up_s = time.perf_counter() - t
+    status_rows = backend.query(views, "chat_status", limit=None)
+    assert len(status_rows) == chats, (len(status_rows), chats)
+    unresolved_chats = sorted({r["chat_id"] for r in backend.query(views, "unresolved_tool_calls")})
+
+    def timed(fn: Any, args: list[Any]) -> dict[str, Any]:
+        for a in args[:5]:
+            fn(a)  # warm up
+        samples, rows = [], 0
+        for a in args:
+            t0 = time.perf_counter()
+            rows += len(fn(a))
+            samples.append(time.perf_counter() - t0)
+        return {**_percentiles(samples), "rows_per_query": round(rows / len(args), 1)}
+
+    pick = [rng.choice(ids) for _ in range(1000)]
+    pick_unresolved = [rng.choice(unresolved_chats) for _ in range(1000)] if unresolved_chats else pick
+    orgs = [str(rng.choice(ORGS)) for _ in range(200)]
+    orgs_full = [str(o) for o in ORGS] * 3
+    out = {
+        "chats": chats, "events": app.head(), "write_s": round(write_s, 1), "catch_up_s": round(catch_up_s, 1),
+        "catch_up_events": applied, "unresolved_rows": sum(1 for _ in backend.query(views, "unresolved_tool_calls")),
+        "status_by_chat": timed(lambda c: backend.query(views, "chat_status", where={"chat_id": c}), pick),
+        "status_by_org_page": timed(lambda o: backend.query(views, "chat_status", where={"organization_id": o},
+                                                            order_by="-updated_at", limit=100), orgs),
+        "status_by_org_all": timed(lambda o: backend.query(views, "chat_status", where={"organization_id": o},
+                                                           order_by=["updated_at", "chat_id"]), orgs_full),
+        "unresolved_by_chat": timed(lambda c: backend.query(views, "unresolved_tool_calls", where={"chat_id": c},
+                                                            order_by=["chat_id", "assistant_message_id", "since"]),
+                                    pick_unresolved),
+        "unresolved_all": timed(lambda _: backend.query(views, "unresolved_tool_calls",
+                                                        order_by=["chat_id", "assistant_message_id", "since"]), [0] * 10),
+    }
+    backend.close()
+    app.close()
+    return out
+
+
 def _in_child(kind: str, url: str, events: int) -> dict[str, Any]:
     out = subprocess.run([sys.executable, "-m", "commands.bench", "--child", kind, url, str(events)],
                          capture_output=True, text=True, check=False)
@@ -159,11 +446,14 @@ def _in_child(kind: str, url: str, events: int) -> dict[str, Any]:
 
 
 def run_bench(backends: list[str], pg_url: str, rebuild_events: int, small_events: int, replay_events: int,
-              only: set[str]) -> dict[str, Any]:
+              only: set[str], throughput_commands: int = 4000, concurrent_commands: int = 300,
+              view_chats: int = 100_000) -> dict[str, Any]:
     results: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
         "started_at": datetime.now(timezone.utc).isoformat(), "settings": {
-            "rebuild_events": rebuild_events, "small_events": small_events, "replay_events": replay_events},
+            "rebuild_events": rebuild_events, "small_events": small_events, "replay_events": replay_events,
+            "throughput_commands": throughput_commands, "concurrent_commands_per_process": concurrent_commands,
+            "concurrent_processes": 4, "view_chats": view_chats},
         "backends": {},
     }
     with tempfile.TemporaryDirectory() as tmp:
@@ -183,6 +473,17 @@ def run_bench(backends: list[str], pg_url: str, rebuild_events: int, small_event
                         r[f"rebuild_{label}"] = {**_in_child("rebuild", url, n), "write_s": written["write_s"]}
                     finally:
                         _drop(url)
+            for kind, n in (("throughput", throughput_commands), ("concurrent", concurrent_commands),
+                            ("views", view_chats)):
+                if kind in only:
+                    url = _fresh_url(backend, pg_url, tmp)
+                    try:
+                        r[kind] = _in_child(kind, url, n)
+                    finally:
+                        _drop(url)
+                        if kind == "throughput":
+                            for tag in ("h2", "s1", "s2"):
+                                _drop(_sibling(url, tag))
             results["backends"][backend] = r
     return results
 
@@ -205,6 +506,27 @@ def print_table(results: dict[str, Any]) -> None:
             click.echo(f"{backend:<9} {'peak RSS of a rebuild (MB)':<34} "
                        f"{sizes[0]['events']:>9,} ev: {sizes[0]['peak_rss_mb']:>5.0f}   "
                        f"{sizes[1]['events']:>9,} ev: {sizes[1]['peak_rss_mb']:>5.0f}")
+        if "throughput" in r:
+            x = r["throughput"]
+            click.echo(f"{backend:<9} {'commands, handler vs app.save (cmd/s)':<34} {x['handler_commands_per_s']:>16,} "
+                       f"{x['bare_save_commands_per_s']:>16,} {x['overhead']:>7.2f} {'<=1.3x':>7}")
+        if "concurrent" in r:
+            x = r["concurrent"]
+            for mode in ("distinct", "contended"):
+                y = x[mode]
+                label = f"4 writers, {mode}, {y['chats']} chats (cmd/s)"
+                click.echo(f"{backend:<9} {label:<34} "
+                           f"{y['commands_per_s']:>16,} {'retries ' + format(y['conflict_retries'], ','):>16} "
+                           f"{y['retries_per_command']:>7.2f} {'refused ' + str(sum(y['refused'].values())):>7}")
+        if "views" in r:
+            x = r["views"]
+            for q, label in (("status_by_chat", "status by chat"), ("status_by_org_page", "status by org, page of 100"),
+                             ("status_by_org_all", "status by org, all rows"), ("unresolved_by_chat", "unresolved by chat"),
+                             ("unresolved_all", "unresolved, all rows")):
+                y = x[q]
+                click.echo(f"{backend:<9} {label + ' (' + format(x['chats'], ',') + ' chats)':<34} "
+                           f"{'p50 ' + format(y['p50_ms'], '.2f') + ' ms':>16} {'p99 ' + format(y['p99_ms'], '.2f') + ' ms':>16} "
+                           f"{y['rows_per_query']:>7} rows")
 
 
 @click.command("bench")
@@ -214,13 +536,24 @@ def print_table(results: dict[str, Any]) -> None:
 @click.option("--events", "rebuild_events", type=int, default=200_000, show_default=True, help="Rebuild size.")
 @click.option("--small-events", type=int, default=100_000, show_default=True, help="Second rebuild size (memory).")
 @click.option("--replay-events", type=int, default=10_000, show_default=True)
-@click.option("--only", multiple=True, type=click.Choice(["replay", "rebuild"]), help="Default: all.")
+@click.option("--throughput-commands", type=int, default=4000, show_default=True)
+@click.option("--concurrent-commands", type=int, default=300, show_default=True, help="Per writer process.")
+@click.option("--view-chats", type=int, default=100_000, show_default=True)
+@click.option("--only", multiple=True, type=click.Choice(KINDS), help="Default: all.")
+@click.option("--quick", is_flag=True, help="Small sizes, for a smoke test (figures are not meaningful).")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default="bench-results.json", show_default=True)
 def bench(backends: tuple[str, ...], pg_url: str, rebuild_events: int, small_events: int, replay_events: int,
-          only: tuple[str, ...], out: str) -> None:
-    """Measure replay and projection rebuild speed against same-run baselines; print a table, write JSON."""
+          throughput_commands: int, concurrent_commands: int, view_chats: int, only: tuple[str, ...],
+          quick: bool, out: str) -> None:
+    """Measure replay, rebuild, command throughput, concurrent writers and view queries against same-run
+    baselines; print a table, write JSON."""
+    if quick:
+        rebuild_events, small_events, replay_events = 4000, 2000, 1000
+        throughput_commands, concurrent_commands, view_chats = 400, 40, 2000
     results = run_bench(list(backends) or ["sqlite", "postgres"], pg_url, rebuild_events, small_events,
-                        replay_events, set(only) or {"replay", "rebuild"})
+                        replay_events, set(only) or set(KINDS), throughput_commands, concurrent_commands,
+                        view_chats)
+    results["settings"]["quick"] = quick
     print_table(results)
     with open(out, "w", encoding="utf-8") as f:
         json.dump(results, f, indent=2)
@@ -236,7 +569,8 @@ def _register() -> None:
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "--child":
         kind, url, events = sys.argv[2], sys.argv[3], int(sys.argv[4])
-        fn = {"rebuild": child_rebuild, "generate": child_generate, "replay": child_replay}[kind]
+        fn = {"rebuild": child_rebuild, "generate": child_generate, "replay": child_replay,
+              "throughput": child_throughput, "concurrent": child_concurrent, "views": child_views}[kind]
         print(json.dumps(fn(url, events)))
     else:
         bench()
