@@ -151,8 +151,10 @@ class MsgspecMapper(Mapper):
         if self.compressor:
             data = self.compressor.decompress(data)
         oid = stored_event.originator_id
-        where = f" in stream {oid} at version {stored_event.originator_version}"
-        cls, state = self.decode_payload(stored_event.topic, data, where)
+        try:
+            cls, state = self.decode_payload(stored_event.topic, data)
+        except CodecError as e:  # name the stream and version (formatted only when something failed)
+            raise CodecError(f"{e} (in stream {oid} at version {stored_event.originator_version})") from e
         state["originator_id"] = oid if isinstance(oid, UUID) else UUID(str(oid))
         state["originator_version"] = stored_event.originator_version
         event = object.__new__(cls)

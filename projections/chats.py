@@ -75,17 +75,17 @@ class ChatViews(Projection):
         watch_calls = isinstance(event, _UNRESOLVED_EVENTS)
         old_sig = None
         if watch_calls and before is not None:
-            known = self._signatures.get(event.originator_id)
+            known = self._signatures.get(event.originator_id.int)
             old_sig = known[1] if known is not None and known[0] == event.originator_version - 1 else _outstanding(before)
         old_queue = [q.queued_message_id for q in before.queue] if before is not None and isinstance(event, _QUEUE_EVENTS) else None
         after = self.fold.after(event, before)
-        self._touched[event.originator_id] = after
+        self._touched[event.originator_id.int] = after
         ops: list[RowOp] = []
         if watch_calls or before is None:
             new_sig = _outstanding(after)
             if new_sig != old_sig:
                 ops.extend(_calls_diff(str(event.originator_id), old_sig, new_sig, after))
-            self._signatures[event.originator_id] = (event.originator_version, new_sig)
+            self._signatures[event.originator_id.int] = (event.originator_version, new_sig)
             if len(self._signatures) > 4 * self.fold.max_streams:
                 self._signatures.clear()
         if old_queue is not None:
