@@ -386,6 +386,9 @@ class SqlBackend:
         if writer is None:
             writer = self._writers.setdefault(key, _Writer(self.cache_rows))
         with writer.lock:
+            # Whatever the projection reads from elsewhere (a fold's states from the event store) is
+            # read now, before the view transaction holds its locks (on SQLite, the file's write lock).
+            projection.prepare([e for _, e in items])
             return self._apply_batch(projection, version, items, first, new_position, writer)
 
     def _apply_batch(self, projection: Projection, version: int, items: Sequence[tuple[int, Any]],

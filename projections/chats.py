@@ -70,6 +70,9 @@ class ChatViews(Projection):
         # signature before the next, so it is computed once per event.
         self._signatures: dict[Any, tuple[int, Any]] = {}
 
+    def prepare(self, events: Any) -> None:
+        self.fold.prefetch([e for e in events if type(e).TOPIC in self.topic_set()])
+
     def apply(self, event: Any, rows: Rows) -> Iterable[RowOp]:
         before = self.fold.before(event)
         watch_calls = isinstance(event, _UNRESOLVED_EVENTS)

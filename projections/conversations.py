@@ -32,6 +32,9 @@ class ConversationsView(Projection):
     def __init__(self, app: Any) -> None:
         self.fold = StreamFold(app, evolve, cev.ConversationStarted)
 
+    def prepare(self, events: Any) -> None:
+        self.fold.prefetch([e for e in events if type(e).TOPIC in self.topic_set()])
+
     def apply(self, event: Any, rows: Rows) -> Iterable[RowOp]:
         state = self.fold.after(event, self.fold.before(event))
         row = {"conversation_id": str(event.originator_id), **conversation_view_row(state),

@@ -41,15 +41,36 @@ class StreamFold:
             raise LookupError(f"stream {sid} has no events before version {version}")
         return agg.state
 
+    def prefetch(self, events: Any) -> None:
+        """Load, before a batch is applied, the state each stream of the batch needs and the memory
+        does not hold (so ``before`` never reads the store while the view's transaction is open)."""
+        seen: set[int] = set()
+        for event in events:
+            sid = event.originator_id
+            if sid.int in seen:
+                continue
+            seen.add(sid.int)
+            if isinstance(event, self.created):
+                continue
+            known = self._states.get(sid.int)
+            if known is not None and known[0] == event.originator_version - 1:
+                continue
+            agg = self.app.load(sid, version=event.originator_version - 1)
+            if agg is not None:
+                self.loads += 1
+                self._remember(sid.int, event.originator_version - 1, agg.state)
+
+    def _remember(self, key: int, version: int, state: Any) -> None:
+        states = self._states
+        states.pop(key, None)
+        states[key] = (version, state)
+        if len(states) > self.max_streams:
+            del states[next(iter(states))]
+
     def after(self, event: Any, state: Any) -> Any:
         """Apply ``event`` (in place) and remember the result."""
         state = self.evolve(state, event)
-        sid = event.originator_id.int
-        states = self._states
-        states.pop(sid, None)
-        states[sid] = (event.originator_version, state)
-        if len(states) > self.max_streams:
-            del states[next(iter(states))]
+        self._remember(event.originator_id.int, event.originator_version, state)
         return state
 
     def clear(self) -> None:

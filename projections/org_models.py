@@ -47,6 +47,10 @@ class OrgModelsView(Projection):
         self.catalogs = StreamFold(app, evolve_catalog, cev.CatalogStarted)
         self.deployments = StreamFold(app, evolve_deployment, cev.DeploymentStarted)
 
+    def prepare(self, events: Any) -> None:
+        self.catalogs.prefetch([e for e in events if isinstance(e, cev.CatalogEvent)])
+        self.deployments.prefetch([e for e in events if isinstance(e, cev.DeploymentEvent)])
+
     def apply(self, event: Any, rows: Rows) -> Iterable[RowOp]:
         if isinstance(event, cev.DeploymentEvent):
             deployment = self.deployments.after(event, self.deployments.before(event))

@@ -1,64 +1,64 @@
-"""Known bug (strict xfail): on SQLite, a projection catch-up and command writers that share ONE
-application deadlock until a timeout.
+"""A view batch never reads the event store while its transaction holds the view's locks.
 
-``SqlBackend.apply_batch`` holds the SQLite file's write lock (``BEGIN IMMEDIATE``) while the chat views'
-fold loads a stream it has not seen through the application (``projections/folding.py``,
-``StreamFold.before`` -> ``app.load``). If, meanwhile, one command thread of the same application holds
-the library's single writer connection (waiting for the file lock) and a second one is queued for it
-(holding the pool's fair-queue semaphore), the fold's read waits behind them: nobody progresses until
-SQLite's busy timeout fails the first command (``database_unavailable: database is locked``) or the
-pool's timeout fails the read. Separate applications (separate processes, or a reader application for
-the follower, as the CLI does) do not deadlock. What would fix it: load the fold's missing states before
-the view transaction opens (the runner already decodes the batch before it), or read them through a
-connection outside the writer's pool.
+On SQLite the view transaction holds the file's write lock (``BEGIN IMMEDIATE``). If the chat views'
+fold then loaded a stream through an application shared with command writers, it could queue behind a
+writer that itself waits for that lock: a deadlock until a timeout (seen with writers and a catch-up
+sharing ONE application object). So a projection reads what it needs from elsewhere in ``prepare``,
+before the transaction opens (``SqlBackend.apply_batch``); inside ``apply`` the fold only uses memory.
 """
 
 from __future__ import annotations
 
 import threading
-import time
-from typing import Any
-
-import pytest
+import uuid
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from commands.handler import command_from_dict, execute
-from ledger.errors import LedgerError
-from ledger.store import ChatLedgerApp, DatabaseURL
-from projections import open_backend
+from ledger.store import open_app
+from projections import catch_up, open_backend
+from projections.chats import ChatViews
 from tests.chat.helpers import ORG, OWNER, setup_org
 
 
-@pytest.mark.xfail(strict=True, reason="SQLite: a view batch's fold reads through the writers' pool while "
-                                       "holding the file write lock (deadlock until a timeout)")
-def test_fold_read_inside_view_transaction_does_not_wait_for_queued_writers(sqlite_url: str) -> None:
-    env = {**DatabaseURL.parse(sqlite_url).env(), "SQLITE_LOCK_TIMEOUT": "2"}
-    app = ChatLedgerApp(env=env)
+def test_cold_fold_loads_states_before_the_view_transaction(sqlite_url: str) -> None:
+    app = open_app(sqlite_url)
+    backend = open_backend(sqlite_url)
     try:
         setup_org(app)
-        chat_id = execute(app, command_from_dict({"type": "create_chat", "organization_id": ORG,
-                                                  "owner_id": OWNER, "text": "hi"}))["chat_id"]
-        errors: list[str] = []
+        chats = [execute(app, command_from_dict({"type": "create_chat", "organization_id": ORG,
+                                                 "owner_id": OWNER, "text": f"chat {i}"}))["chat_id"]
+                 for i in range(5)]
+        warm = ChatViews(app)
+        catch_up(app, warm, backend)
+        for chat_id in chats:  # events whose states a cold fold must load
+            execute(app, command_from_dict({"type": "set_title", "chat_id": chat_id, "title": "renamed"}))
+        cold = ChatViews(app)  # a restarted follower: nothing in memory
 
-        def write(i: int) -> None:
-            try:
-                execute(app, command_from_dict({"type": "set_title", "chat_id": chat_id, "title": f"t{i}"}))
-            except LedgerError as e:
-                errors.append(f"{e.code}: {e.message}")
+        in_tx = threading.local()
+        loads: list[tuple[uuid.UUID, bool]] = []
+        original_tx, original_load = backend._write_tx, app.load
 
-        with open_backend(sqlite_url) as backend, backend._write_tx():  # what apply_batch holds
-            writers = [threading.Thread(target=write, args=(i,)) for i in range(2)]
-            for w in writers:
-                w.start()
-                time.sleep(0.3)  # the first holds the writer connection, the second queues for it
-            t = time.monotonic()
+        @contextmanager
+        def watched_tx() -> Iterator[Any]:
+            in_tx.on = True
             try:
-                state = app.load(__import__("uuid").UUID(chat_id))  # what StreamFold.before does
-            except Exception as e:  # noqa: BLE001
-                errors.append(f"fold read: {type(e).__name__}: {e}")
-                state = None
-            waited = time.monotonic() - t
-        for w in writers:
-            w.join(timeout=30)
-        assert state is not None and waited < 1.0 and errors == [], (waited, errors)
+                with original_tx() as cur:
+                    yield cur
+            finally:
+                in_tx.on = False
+
+        def watched_load(aggregate_id: uuid.UUID, version: int | None = None) -> Any:
+            loads.append((aggregate_id, getattr(in_tx, "on", False)))
+            return original_load(aggregate_id, version=version)
+
+        backend._write_tx = watched_tx  # type: ignore[method-assign]
+        app.load = watched_load  # type: ignore[method-assign]
+        assert catch_up(app, cold, backend) == len(chats)
+        assert {str(a) for a, _ in loads} == set(chats)  # the cold fold did load every state ...
+        assert not any(inside for _, inside in loads)  # ... and never inside the view transaction
+        titles = {r["chat_id"]: r["title"] for r in backend.query("chat_views", "chat_status")}
+        assert all(titles[c] == "renamed" for c in chats)
     finally:
+        backend.close()
         app.close()
