@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime
 from typing import Any, Callable, Iterable
 from uuid import UUID
 

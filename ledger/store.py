@@ -15,7 +15,7 @@ import sqlite3
 from copy import deepcopy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 from urllib.parse import parse_qs, unquote, urlsplit
 from uuid import UUID
 

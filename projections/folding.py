@@ -13,7 +13,6 @@ view equal a rebuild, and equal the rows computed from the aggregates' replayed 
 from __future__ import annotations
 
 from typing import Any, Callable
-from uuid import UUID
 
 
 class StreamFold:

@@ -12,7 +12,7 @@ from uuid import UUID
 
 import msgspec
 
-from ledger.audit.timeline import iso, short
+from ledger.audit.timeline import iso
 from ledger.chat import events as ev
 from ledger.chat.evolve import evolve
 from ledger.chat.values import ToolCallPart, ToolResultPart, message_text

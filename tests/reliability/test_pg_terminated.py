@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from typing import Any
 
 from commands.handler import command_from_dict, execute
 from ledger.chat import events as ev

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import shutil
 import signal
 import sqlite3
 import subprocess
