@@ -15,6 +15,7 @@ from typing import Any, Iterable
 
 from ledger.chat import events as ev
 from ledger.chat.evolve import evolve
+from ledger.chat.state import unresolved_tool_calls
 from ledger.chat.views import queue_row, status_values, unresolved_values
 from projections.engine import (
     BIGINT, BOOLEAN, INTEGER, JSON, TEXT, TIMESTAMP, Column, Delete, Projection, RowOp, Rows, Table, Upsert,
@@ -108,20 +109,9 @@ class ChatViews(Projection):
 
 
 def _outstanding(state: Any) -> tuple[Any, ...] | None:
-    """What a chat's unresolved rows depend on: the latest assistant message and its open calls
-    (the GEN rule of ``unresolved_values``: results in later active tool messages close calls).
-    One backward pass over the message index, stopping at that assistant message."""
-    answered: set[str] = set()
-    for m in reversed(state.messages):
-        if m.deleted or m.compressed:
-            continue
-        if m.role == "tool":
-            for r in m.results:
-                answered.add(r.tool_call_id)
-        elif m.role == "assistant":
-            open_ids = [c.tool_call_id for c in m.calls if not c.provider_executed and c.tool_call_id not in answered]
-            return (m.message_id, *open_ids) if open_ids else None
-    return None
+    """What a chat's unresolved rows depend on: the latest assistant message and its open calls."""
+    assistant, calls = unresolved_tool_calls(state)
+    return (assistant.message_id, *(c.tool_call_id for c in calls)) if calls else None
 
 
 def _calls_diff(chat_id: str, old_sig: tuple[Any, ...] | None, new_sig: tuple[Any, ...] | None,

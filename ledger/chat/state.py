@@ -179,6 +179,22 @@ def outstanding_tool_calls(state: ChatState, dynamic_only: bool = False,
     ]
 
 
+def unresolved_tool_calls(state: ChatState) -> tuple[MessageInfo | None, list[ToolCall]]:
+    """The latest active assistant message and its unresolved calls, by GEN's rule (reference §5.1):
+    a call is resolved by a result in a later active ``tool`` message (results inside the assistant
+    message itself do not count here); provider-executed calls never count. One backward pass."""
+    answered: set[str] = set()
+    for m in reversed(state.messages):
+        if m.deleted or m.compressed:
+            continue
+        if m.role == "tool":
+            for r in m.results:
+                answered.add(r.tool_call_id)
+        elif m.role == "assistant":
+            return m, [c for c in m.calls if not c.provider_executed and c.tool_call_id not in answered]
+    return None, []
+
+
 def last_assistant_message_id(state: ChatState) -> int | None:
     i = last_assistant_index(state)
     return state.messages[i].message_id if i >= 0 else None

@@ -13,7 +13,7 @@ from uuid import UUID, uuid5
 import msgspec
 
 from ledger.chat import events as ev
-from ledger.chat.state import ChatState, outstanding_tool_calls
+from ledger.chat.state import ChatState, unresolved_tool_calls
 from ledger.chat.values import QueuedPrompt, message_text
 
 #: chattool ToolCallID namespace (reference §5.3, the version the issues pick)
@@ -87,10 +87,9 @@ def unresolved_rows(s: ChatState) -> list[dict[str, Any]]:
 
 def unresolved_values(s: ChatState) -> list[dict[str, Any]]:
     """Unresolved tool calls of the latest assistant message (reference §5.1, GEN's rule)."""
-    calls = outstanding_tool_calls(s, count_own_results=False)
+    assistant, calls = unresolved_tool_calls(s)
     if not calls:
         return []
-    assistant = next(m for m in reversed(s.messages) if m.role == "assistant" and not m.deleted and not m.compressed)
     ids = tool_call_execution_ids(s.chat_id, assistant.message_id, [c.tool_call_id for c in assistant.calls])
     dynamic = set(s.dynamic_tools)
     return [
