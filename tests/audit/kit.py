@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from typing import Any
 
 from click.testing import CliRunner
@@ -57,3 +58,16 @@ def cli(url: str, *args: str, code: int | None = 0) -> Any:
 
 def json_lines(output: str) -> list[Any]:
     return [json.loads(line) for line in output.splitlines() if line.strip()]
+
+
+def recorded_scenario(url: str) -> tuple[str, list[Any]]:
+    """Record ``scenario`` on a fresh app at ``url``; the chat id and its events."""
+    from ledger.store import open_app
+
+    app = open_app(url)
+    try:
+        chat_id = scenario(app)
+        events = app.stream(uuid.UUID(chat_id))
+    finally:
+        app.close()
+    return chat_id, events

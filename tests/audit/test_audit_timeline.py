@@ -7,18 +7,10 @@ import uuid
 from datetime import timedelta
 
 from ledger.audit.timeline import iso
-from ledger.store import open_app
-from tests.audit.kit import M1, M2, ORG, cli, json_lines, scenario
+from tests.audit.kit import recorded_scenario, M1, M2, ORG, cli, json_lines
 
 
-def _recorded(db_url):
-    app = open_app(db_url)
-    try:
-        chat_id = scenario(app)
-        events = app.stream(uuid.UUID(chat_id))
-    finally:
-        app.close()
-    return chat_id, events
+_recorded = recorded_scenario
 
 
 def test_audit_chat_timeline_json(db_url):

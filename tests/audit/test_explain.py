@@ -7,17 +7,10 @@ import json
 import uuid
 
 from ledger.store import open_app
-from tests.audit.kit import ALICE, INTERRUPTED, M1, M2, cli, scenario
+from tests.audit.kit import recorded_scenario, ALICE, INTERRUPTED, M1, M2, cli, scenario
 
 
-def _chat(db_url):
-    app = open_app(db_url)
-    try:
-        chat_id = scenario(app)
-        events = app.stream(uuid.UUID(chat_id))
-    finally:
-        app.close()
-    return chat_id, events
+_chat = recorded_scenario
 
 
 def test_explain_a_tool_removed_by_a_narrowed_policy(db_url):
