@@ -679,6 +679,13 @@ class Reader:
         return self.backend._select(self.cur, t, physical_name(self.projection, self.version, table),
                                     t.normalize_where(where), parse_order_by(t, order_by), limit)
 
+    def position(self) -> int:
+        """The notification the rows read here reflect (same snapshot as ``query``)."""
+        b = self.backend
+        self.cur.execute(b._sql(f"SELECT position FROM {b._qualify('projection_tracking')} "
+                                "WHERE projection = %s AND version = %s"), (self.projection, self.version))
+        return self.cur.fetchone()[0]
+
 
 class _TxStore:
     """The ``RowStore`` of one build inside a backend's write transaction."""
