@@ -1,10 +1,10 @@
 """The chat views (CONTRACT §5): tables ``chat_status``, ``unresolved_tool_calls`` and ``chat_queue`` of
 one projection, ``chat_views``.
 
-It folds each chat stream with the chat's own ``evolve`` (``projections.folding``) and writes the rows
-the pure row functions of ``ledger.chat.views`` give for the state after each event: an upsert of what
-changed, a delete of what is gone. So the tables hold exactly the rows computed from the replayed
-states. The three tables share one fold, one tracking position and one transaction per batch: an event
+It folds each chat stream with the chat's own ``evolve`` (``projections.folding``) and, at the end of
+each batch, writes the rows the pure row functions of ``ledger.chat.views`` give for each touched chat's
+state after the batch: an upsert of what changed, a delete of what is gone. So the tables hold exactly
+the rows computed from the replayed states (at every committed position). The three tables share one fold, one tracking position and one transaction per batch: an event
 is decoded and folded once, however many views it changes, and the three views are always consistent
 with each other (a status row's queue_length equals its queue rows).
 """
@@ -24,13 +24,6 @@ from projections.folding import StreamFold
 
 CHAT_TOPICS = tuple(sorted(cls.TOPIC for cls in vars(ev).values()
                            if isinstance(cls, type) and issubclass(cls, ev.ChatEvent) and cls.__dict__.get("TOPIC")))
-
-#: events that can change the latest assistant message's outstanding calls
-_MESSAGE_EVENTS = tuple(cls for cls in vars(ev).values() if isinstance(cls, type) and issubclass(cls, ev.ChatEvent)
-                        and "messages" in getattr(cls, "__dataclass_fields__", {}))
-_UNRESOLVED_EVENTS = (*_MESSAGE_EVENTS, ev.MessageEdited)
-_QUEUE_EVENTS = (ev.PromptQueued, ev.QueuedPromptDeleted, ev.QueuedPromptMovedToHead, ev.QueuedPromptPromoted,
-                 ev.MessageEdited, ev.ChatEnded)
 
 STATUS, UNRESOLVED, QUEUE = "chat_status", "unresolved_tool_calls", "chat_queue"
 
@@ -65,45 +58,55 @@ class ChatViews(Projection):
 
     def __init__(self, app: Any) -> None:
         self.fold = StreamFold(app, evolve, ev.ChatCreated)
-        # chats whose status row this batch changed: written once each, from the state after the batch
-        self._touched: dict[Any, Any] = {}
-        # chat id -> (stream version, open-call signature): the signature after one event is the
-        # signature before the next, so it is computed once per event.
-        self._signatures: dict[Any, tuple[int, Any]] = {}
+        # chat id -> [state after the batch so far, open-call signature and queue before the batch]
+        self._touched: dict[int, list[Any]] = {}
+        # chat id -> (stream version, open-call signature) as of the end of the last batch, so the
+        # signature "before" a batch is not recomputed from the state.
+        self._signatures: dict[int, tuple[int, Any]] = {}
 
     def prepare(self, events: Any) -> None:
-        self.fold.prefetch([e for e in events if type(e).TOPIC in self.topic_set()])
+        topics = self.topic_set()
+        self.fold.prefetch([e for e in events if type(e).TOPIC in topics])
 
     def apply(self, event: Any, rows: Rows) -> Iterable[RowOp]:
-        before = self.fold.before(event)
-        watch_calls = isinstance(event, _UNRESOLVED_EVENTS)
-        old_sig = None
-        if watch_calls and before is not None:
-            known = self._signatures.get(event.originator_id.int)
-            old_sig = known[1] if known is not None and known[0] == event.originator_version - 1 else _outstanding(before)
-        old_queue = [q.queued_message_id for q in before.queue] if before is not None and isinstance(event, _QUEUE_EVENTS) else None
-        after = self.fold.after(event, before)
-        self._touched[event.originator_id.int] = after
-        ops: list[RowOp] = []
-        if watch_calls or before is None:
-            new_sig = _outstanding(after)
-            if new_sig != old_sig:
-                ops.extend(_calls_diff(str(event.originator_id), old_sig, new_sig, after))
-            self._signatures[event.originator_id.int] = (event.originator_version, new_sig)
-            if len(self._signatures) > 4 * self.fold.max_streams:
-                self._signatures.clear()
-        if old_queue is not None:
-            ops.extend(_queue_diff(old_queue, after))
-        return ops
-
+        """Fold only: the rows of a chat are written once per batch, from its state after the batch
+        (``end_batch``), as the difference from its rows before the batch. A call opened and closed
+        within one batch, or a prompt queued and promoted, never touches the tables."""
+        fold = self.fold
+        before = fold.before(event)
+        key = event.originator_id.int
+        entry = self._touched.get(key)
+        if entry is None:
+            if before is None:
+                old_sig, old_queue = None, []
+            else:
+                known = self._signatures.get(key)
+                old_sig = (known[1] if known is not None and known[0] == event.originator_version - 1
+                           else _outstanding(before))
+                old_queue = list(before.queue)  # the state is evolved in place: copy what we compare
+            entry = self._touched[key] = [None, old_sig, old_queue]
+        entry[0] = fold.after(event, before)
+        return ()
 
     def begin_batch(self) -> None:
         self._touched.clear()
 
     def end_batch(self, rows: Rows) -> Iterable[RowOp]:
-        """One status row per chat the batch touched, computed from its state after the batch (every
-        event changes a chat's status row — at least its version — so this is the row each would leave)."""
-        ops = [Upsert(STATUS, status_values(state)) for state in self._touched.values()]
+        """For each chat the batch touched: its status row (every event changes it — at least its
+        version), and the unresolved-call and queue rows that differ from those before the batch."""
+        ops: list[RowOp] = []
+        signatures = self._signatures
+        if len(signatures) > 4 * self.fold.max_streams:
+            signatures.clear()
+        for key, (after, old_sig, old_queue) in self._touched.items():
+            ops.append(Upsert(STATUS, status_values(after)))
+            new_sig = _outstanding(after)
+            if new_sig != old_sig:
+                ops.extend(_calls_diff(str(after.chat_id), old_sig, new_sig, after))
+            signatures[key] = (after.version, new_sig)
+            queue = after.queue
+            if len(queue) != len(old_queue) or any(a is not b for a, b in zip(queue, old_queue)):
+                ops.extend(_queue_diff(old_queue, after))
         self._touched.clear()
         return ops
 
@@ -129,12 +132,15 @@ def _calls_diff(chat_id: str, old_sig: tuple[Any, ...] | None, new_sig: tuple[An
     return ops
 
 
-def _queue_diff(old_ids: list[int], after: Any) -> list[RowOp]:
+def _queue_diff(old: list[Any], after: Any) -> list[RowOp]:
     chat_id = str(after.chat_id)
-    new = {q.queued_message_id: q for q in after.queue}
-    ops: list[RowOp] = [Delete(QUEUE, (chat_id, qid)) for qid in old_ids if qid not in new]
-    # A queued prompt's row changes only when it is added or moved (its position): rewrite those.
-    ops.extend(Upsert(QUEUE, queue_row(after.chat_id, q)) for q in after.queue)
+    new_ids = {q.queued_message_id for q in after.queue}
+    ops: list[RowOp] = [Delete(QUEUE, (chat_id, q.queued_message_id)) for q in old
+                        if q.queued_message_id not in new_ids]
+    # Queued prompts are immutable values (a move replaces one with a new position): the rows to
+    # write are those of the prompts that were not in the queue before the batch, as the same object.
+    kept = {id(q) for q in old}
+    ops.extend(Upsert(QUEUE, queue_row(after.chat_id, q)) for q in after.queue if id(q) not in kept)
     return ops
 
 

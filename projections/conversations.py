@@ -33,7 +33,8 @@ class ConversationsView(Projection):
         self.fold = StreamFold(app, evolve, cev.ConversationStarted)
 
     def prepare(self, events: Any) -> None:
-        self.fold.prefetch([e for e in events if type(e).TOPIC in self.topic_set()])
+        topics = self.topic_set()
+        self.fold.prefetch([e for e in events if type(e).TOPIC in topics])
 
     def apply(self, event: Any, rows: Rows) -> Iterable[RowOp]:
         state = self.fold.after(event, self.fold.before(event))
