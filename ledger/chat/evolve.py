@@ -21,9 +21,9 @@ def _insert(state: ChatState, messages: list[Message], event: Any) -> None:
     if not messages:
         return
     at = event.timestamp
-    append = state.messages.append
+    msgs = state.messages
     for m in messages:
-        append(message_info(m, at))
+        msgs.append(message_info(m, at, msgs[-1] if msgs else None))
     _history_changed(state, event)
 
 

@@ -20,21 +20,28 @@ BOUNDARY_TOOLS = frozenset({"chat_summarized", "chat_cleared"})
 MAX_QUEUE_SIZE = 20
 
 
-class ToolCall(msgspec.Struct, frozen=True, array_like=True):
+class ToolCall(msgspec.Struct, gc=False, frozen=True, array_like=True):
     tool_call_id: str
     tool_name: str
     provider_executed: bool
     args: dict[str, Any] = {}
 
 
-class ToolResultInfo(msgspec.Struct, frozen=True, array_like=True):
+class ToolResultInfo(msgspec.Struct, gc=False, frozen=True, array_like=True):
     tool_call_id: str
     tool_name: str
     is_error: bool
 
 
-class MessageInfo(msgspec.Struct, array_like=True):
-    """What decisions need of one message (its body stays in the event that inserted it)."""
+class MessageInfo(msgspec.Struct, gc=False, array_like=True):
+    """What decisions need of one message (its body stays in the event that inserted it).
+
+    A chat's state holds one per message for as long as the chat is in memory (a projection's fold
+    holds a thousand chats), so it is kept cheap for the cyclic garbage collector: untracked structs
+    (``gc=False``: no cycles are possible), tuples of them (untracked once the collector has seen them
+    hold only untracked values), and the turn's and model's UUID objects shared with the previous
+    message when equal.
+    """
 
     message_id: int
     role: str
@@ -43,8 +50,8 @@ class MessageInfo(msgspec.Struct, array_like=True):
     model_config_id: UUID | None
     compressed: bool
     deleted: bool
-    calls: list[ToolCall]
-    results: list[ToolResultInfo]
+    calls: tuple[ToolCall, ...]
+    results: tuple[ToolResultInfo, ...]
     boundary: bool
     created_at: datetime
     usage: Usage | None = None
@@ -55,7 +62,7 @@ class MessageInfo(msgspec.Struct, array_like=True):
         return [r.tool_call_id for r in self.results]
 
 
-def message_info(m: Message, at: datetime) -> MessageInfo:
+def message_info(m: Message, at: datetime, previous: MessageInfo | None = None) -> MessageInfo:
     calls: list[ToolCall] = []
     results: list[ToolResultInfo] = []
     boundary = False
@@ -66,7 +73,14 @@ def message_info(m: Message, at: datetime) -> MessageInfo:
         elif isinstance(p, ToolResultPart):
             results.append(ToolResultInfo(p.tool_call_id, p.tool_name, p.is_error))
             boundary = boundary or p.tool_name in BOUNDARY_TOOLS
-    return MessageInfo(m.message_id, m.role, m.visibility, m.turn_id, m.model_config_id, m.compressed, False, calls, results,
+    turn_id, model_config_id = m.turn_id, m.model_config_id
+    if previous is not None:
+        if turn_id is not None and turn_id == previous.turn_id:
+            turn_id = previous.turn_id
+        if model_config_id is not None and model_config_id == previous.model_config_id:
+            model_config_id = previous.model_config_id
+    return MessageInfo(m.message_id, m.role, m.visibility, turn_id, model_config_id, m.compressed, False,
+                       tuple(calls) if calls else (), tuple(results) if results else (),
                        boundary and m.compressed, at, m.usage, m.context_limit)
 
 

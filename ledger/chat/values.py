@@ -16,7 +16,7 @@ Role = Literal["user", "assistant", "tool", "system"]
 Visibility = Literal["user", "model", "both"]
 
 
-class _Part(msgspec.Struct, tag_field="type", omit_defaults=True, forbid_unknown_fields=True, frozen=True):
+class _Part(msgspec.Struct, gc=False, tag_field="type", omit_defaults=True, forbid_unknown_fields=True, frozen=True):
     pass
 
 
@@ -50,7 +50,7 @@ class FilePart(_Part, tag="file"):
 Part = Union[TextPart, ReasoningPart, ToolCallPart, ToolResultPart, FilePart]
 
 
-class Usage(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, frozen=True):
+class Usage(msgspec.Struct, gc=False, omit_defaults=True, forbid_unknown_fields=True, frozen=True):
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
@@ -58,7 +58,7 @@ class Usage(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, froz
     total_tokens: int = 0
 
 
-class MessageInput(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, frozen=True):
+class MessageInput(msgspec.Struct, gc=False, omit_defaults=True, forbid_unknown_fields=True, frozen=True):
     """A message as a caller submits it (CONTRACT §3 "Message input")."""
 
     role: Role
@@ -71,7 +71,7 @@ class MessageInput(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=Tru
     compressed: bool = False
 
 
-class Message(msgspec.Struct, omit_defaults=True, frozen=True, kw_only=True):
+class Message(msgspec.Struct, gc=False, omit_defaults=True, frozen=True, kw_only=True):
     """A message as recorded: its id and turn are decided when it is inserted."""
 
     message_id: int
@@ -87,14 +87,14 @@ class Message(msgspec.Struct, omit_defaults=True, frozen=True, kw_only=True):
     queued_message_id: int | None = None
 
 
-class ChatError(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, frozen=True):
+class ChatError(msgspec.Struct, gc=False, omit_defaults=True, forbid_unknown_fields=True, frozen=True):
     """The ``last_error`` payload of a chat in the error state."""
 
     message: str
     kind: str | None = None
 
 
-class QueuedPrompt(msgspec.Struct, omit_defaults=True, frozen=True, kw_only=True):
+class QueuedPrompt(msgspec.Struct, gc=False, omit_defaults=True, frozen=True, kw_only=True):
     """A queued user prompt with what its ``user_prompt_submit`` hook attached.
 
     ``hook_prefix`` is inserted (stamped with ``turn_id``) just before the prompt when it is promoted;

@@ -34,7 +34,7 @@ def chat(model: UUID | None = MAIN, parent: UUID | None = None, context_limit: i
     at = datetime(2026, 1, 1, tzinfo=timezone.utc)
     s = ChatState(chat_id=UUID(int=99), organization_id=ORG, owner_id=OWNER, parent_chat_id=parent,
                   root_chat_id=parent or UUID(int=99), title="t", created_at=at, model_config_id=model)
-    s.messages.append(MessageInfo(1, "user", "both", None, model, False, False, [], [], False, at, None,
+    s.messages.append(MessageInfo(1, "user", "both", None, model, False, False, (), (), False, at, None,
                                   context_limit))
     return s
 
