@@ -25,7 +25,7 @@ import hashlib
 import json
 import threading
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -391,6 +391,11 @@ class SqlBackend:
             projection.prepare([e for _, e in items])
             return self._apply_batch(projection, version, items, first, new_position, writer)
 
+    def _batch_writes(self, cur: Any, most_rows: int) -> Any:
+        """Context of a batch's row writes and position update (``most_rows``: the most rows written
+        to one table); dialects may send them together."""
+        return nullcontext()
+
     def _apply_batch(self, projection: Projection, version: int, items: Sequence[tuple[int, Any]],
                      first: int, new_position: int, writer: _Writer) -> int:
         key = (projection.name, version)
@@ -435,11 +440,12 @@ class SqlBackend:
                 except Exception as e:
                     raise ProjectionError(f"projection {projection.name} v{version} failed at the end of a "
                                           f"batch: {type(e).__name__}: {e}") from e
-                state.flush()
-                cur.execute(self._sql(
-                    f"UPDATE {self._qualify('projection_tracking')} SET position = %s, writer = %s, updated_at = %s "
-                    "WHERE projection = %s AND version = %s"),
-                    (new_position, writer.token, self._encode_ts(_now()), projection.name, version))
+                with self._batch_writes(cur, max(map(len, state.dirty.values()), default=0)):
+                    state.flush()
+                    cur.execute(self._sql(
+                        f"UPDATE {self._qualify('projection_tracking')} SET position = %s, writer = %s, "
+                        "updated_at = %s WHERE projection = %s AND version = %s"),
+                        (new_position, writer.token, self._encode_ts(_now()), projection.name, version))
         except BaseException:
             writer.invalidate()  # the cache may hold rows of the rolled-back batch
             raise

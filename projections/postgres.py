@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
@@ -128,6 +128,11 @@ class PostgresBackend(SqlBackend):
 
     def _encode_definition(self, definition: str) -> Any:
         return Jsonb(json.loads(definition))
+
+    def _batch_writes(self, cur: Any, most_rows: int) -> Any:
+        # Small batches: every statement of the write phase in one pipeline, one round trip (instead of
+        # one per table). Big ones go through COPY, which pipeline mode does not allow.
+        return cur.connection.pipeline() if most_rows < COPY_THRESHOLD else nullcontext()
 
     def _upsert_rows(self, cur: Any, table: Table, name: str, rows: list[dict[str, Any]]) -> None:
         if len(rows) < COPY_THRESHOLD:
