@@ -18,7 +18,7 @@ from ledger.chat.evolve import evolve
 from ledger.chat.state import unresolved_tool_calls
 from ledger.chat.views import queue_row, status_values, unresolved_values
 from projections.engine import (
-    BIGINT, BOOLEAN, INTEGER, JSON, TEXT, TIMESTAMP, Column, Delete, Projection, RowOp, Rows, Table, Upsert,
+    BIGINT, BOOLEAN, INTEGER, JSON, TEXT, TIMESTAMP, Column, Delete, Projection, ProjectionError, RowOp, Rows, Table, Upsert,
 )
 from projections.folding import StreamFold
 
@@ -72,11 +72,12 @@ class ChatViews(Projection):
         """Fold only: the rows of a chat are written once per batch, from its state after the batch
         (``end_batch``), as the difference from its rows before the batch. A call opened and closed
         within one batch, or a prompt queued and promoted, never touches the tables."""
-        fold = self.fold
-        before = fold.before(event)
         key = event.originator_id.int
         entry = self._touched.get(key)
         if entry is None:
+            # The first event of this chat in the batch: its state leaves the fold's memory until the
+            # batch ends (a failed batch leaves no half-applied state behind).
+            before = self.fold.take(event)
             if before is None:
                 old_sig, old_queue = None, []
             else:
@@ -84,8 +85,12 @@ class ChatViews(Projection):
                 old_sig = (known[1] if known is not None and known[0] == event.originator_version - 1
                            else _outstanding(before))
                 old_queue = list(before.queue)  # the state is evolved in place: copy what we compare
-            entry = self._touched[key] = [None, old_sig, old_queue]
-        entry[0] = fold.after(event, before)
+            entry = self._touched[key] = [evolve(before, event), old_sig, old_queue]
+        elif entry[0].version == event.originator_version - 1:
+            evolve(entry[0], event)
+        else:
+            raise ProjectionError(f"chat {event.originator_id}: event version {event.originator_version} "
+                                  f"does not follow {entry[0].version} in this batch")
         return ()
 
     def begin_batch(self) -> None:
@@ -98,7 +103,9 @@ class ChatViews(Projection):
         signatures = self._signatures
         if len(signatures) > 4 * self.fold.max_streams:
             signatures.clear()
+        put = self.fold.put
         for key, (after, old_sig, old_queue) in self._touched.items():
+            put(key, after.version, after)
             ops.append(Upsert(STATUS, status_values(after)))
             new_sig = _outstanding(after)
             if new_sig != old_sig:

@@ -24,6 +24,7 @@ class StreamFold:
         # stream id (as an int: hashing a UUID object costs a Python call) -> (version, state);
         # insertion order = least recently folded first (an LRU).
         self._states: dict[int, tuple[int, Any]] = {}
+        self._newest: int | None = None  # the key inserted last
         self.loads = 0  # states loaded from the store (for tests and benchmarks)
 
     def before(self, event: Any) -> Any:
@@ -39,6 +40,21 @@ class StreamFold:
         if agg is None:
             raise LookupError(f"stream {sid} has no events before version {version}")
         return agg.state
+
+    def take(self, event: Any) -> Any:
+        """Like ``before``, but the state leaves the memory: the caller evolves it (in place) through
+        any number of events and gives it back with ``put``. If the caller fails before that, the
+        memory holds nothing half-applied for the stream (it is loaded again when next needed)."""
+        state = self.before(event)
+        if state is not None:
+            self._states.pop(event.originator_id.int, None)
+            if self._newest == event.originator_id.int:
+                self._newest = None
+        return state
+
+    def put(self, key: int, version: int, state: Any) -> None:
+        """Remember ``state`` as stream ``key``'s state at ``version`` (the most recently used)."""
+        self._remember(key, version, state)
 
     def prefetch(self, events: Any) -> None:
         """Load, before a batch is applied, the state each stream of the batch needs and the memory
@@ -61,8 +77,12 @@ class StreamFold:
 
     def _remember(self, key: int, version: int, state: Any) -> None:
         states = self._states
+        if key == self._newest:  # consecutive events of one stream: already the most recent entry
+            states[key] = (version, state)
+            return
         states.pop(key, None)
         states[key] = (version, state)
+        self._newest = key
         if len(states) > self.max_streams:
             del states[next(iter(states))]
 
@@ -74,3 +94,4 @@ class StreamFold:
 
     def clear(self) -> None:
         self._states.clear()
+        self._newest = None

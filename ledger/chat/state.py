@@ -67,17 +67,19 @@ def message_info(m: Message, at: datetime, previous: MessageInfo | None = None) 
     results: list[ToolResultInfo] = []
     boundary = False
     for p in m.parts:
-        if isinstance(p, ToolCallPart):
+        t = type(p)  # (parts are a closed union of final classes)
+        if t is ToolCallPart:
             calls.append(ToolCall(p.tool_call_id, p.tool_name, p.provider_executed, p.args))
             boundary = boundary or p.tool_name in BOUNDARY_TOOLS
-        elif isinstance(p, ToolResultPart):
+        elif t is ToolResultPart:
             results.append(ToolResultInfo(p.tool_call_id, p.tool_name, p.is_error))
             boundary = boundary or p.tool_name in BOUNDARY_TOOLS
     turn_id, model_config_id = m.turn_id, m.model_config_id
     if previous is not None:
-        if turn_id is not None and turn_id == previous.turn_id:
+        if turn_id is not None and previous.turn_id is not None and turn_id.int == previous.turn_id.int:
             turn_id = previous.turn_id
-        if model_config_id is not None and model_config_id == previous.model_config_id:
+        if (model_config_id is not None and previous.model_config_id is not None
+                and model_config_id.int == previous.model_config_id.int):
             model_config_id = previous.model_config_id
     return MessageInfo(m.message_id, m.role, m.visibility, turn_id, model_config_id, m.compressed, False,
                        tuple(calls) if calls else (), tuple(results) if results else (),
