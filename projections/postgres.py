@@ -129,10 +129,18 @@ class PostgresBackend(SqlBackend):
     def _encode_definition(self, definition: str) -> Any:
         return Jsonb(json.loads(definition))
 
-    def _batch_writes(self, cur: Any, most_rows: int) -> Any:
-        # Small batches: every statement of the write phase in one pipeline, one round trip (instead of
-        # one per table). Big ones go through COPY, which pipeline mode does not allow.
-        return cur.connection.pipeline() if most_rows < COPY_THRESHOLD else nullcontext()
+    @contextmanager
+    def _batch_writes(self, cur: Any, most_rows: int) -> Iterator[None]:
+        # Small batches: every statement of the write phase in one pipeline (statements sent without
+        # waiting for each other: fewer round trips). Big ones go through COPY, which pipeline mode
+        # does not allow.
+        with cur.connection.pipeline() if most_rows < COPY_THRESHOLD else nullcontext():
+            # Asynchronous commit (no WAL flush wait): a view is derived data whose rows and position
+            # commit atomically, so a server crash can only lose the last batches whole — the position
+            # goes back with them and they are applied again from the log. Ledger writes are not
+            # affected (their own transactions, synchronous).
+            cur.execute("SET LOCAL synchronous_commit TO off")
+            yield
 
     def _upsert_rows(self, cur: Any, table: Table, name: str, rows: list[dict[str, Any]]) -> None:
         if len(rows) < COPY_THRESHOLD:
