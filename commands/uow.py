@@ -164,8 +164,11 @@ def run(app: Any, work: Callable[[UnitOfWork], R], max_attempts: int = MAX_ATTEM
                 continue
             raise
         except IntegrityError:
-            # Someone else wrote one of these streams first: re-load, re-decide.
-            from_memory = False
+            # Someone else wrote one of these streams first: re-load, re-decide. (A remembered copy gone
+            # stale is not counted as an attempt: the next one reads the store.)
+            if uow.from_memory:
+                from_memory = False
+                continue
             attempt += 1
             time.sleep(random.uniform(0, 0.002 * (2 ** min(attempt - 1, 6))))
             continue
