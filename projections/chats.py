@@ -16,7 +16,7 @@ from typing import Any, Iterable
 from ledger.chat import events as ev
 from ledger.chat.evolve import evolve
 from ledger.chat.state import unresolved_tool_calls
-from ledger.chat.views import queue_row, status_values, unresolved_values
+from ledger.chat.views import queue_row, status_values, unresolved_values, uuid_str
 from projections.engine import (
     BIGINT, BOOLEAN, INTEGER, JSON, TEXT, TIMESTAMP, Column, Delete, Projection, ProjectionError, RowOp, Rows, Table, Upsert,
 )
@@ -109,7 +109,7 @@ class ChatViews(Projection):
             ops.append(Upsert(STATUS, status_values(after)))
             new_sig = _outstanding(after)
             if new_sig != old_sig:
-                ops.extend(_calls_diff(str(after.chat_id), old_sig, new_sig, after))
+                ops.extend(_calls_diff(uuid_str(after.chat_id), old_sig, new_sig, after))
             signatures[key] = (after.version, new_sig)
             queue = after.queue
             if len(queue) != len(old_queue) or any(a is not b for a, b in zip(queue, old_queue)):
@@ -140,7 +140,7 @@ def _calls_diff(chat_id: str, old_sig: tuple[Any, ...] | None, new_sig: tuple[An
 
 
 def _queue_diff(old: list[Any], after: Any) -> list[RowOp]:
-    chat_id = str(after.chat_id)
+    chat_id = uuid_str(after.chat_id)
     new_ids = {q.queued_message_id for q in after.queue}
     ops: list[RowOp] = [Delete(QUEUE, (chat_id, q.queued_message_id)) for q in old
                         if q.queued_message_id not in new_ids]

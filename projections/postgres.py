@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
@@ -145,12 +146,14 @@ class PostgresBackend(SqlBackend):
     def _upsert_rows(self, cur: Any, table: Table, name: str, rows: list[dict[str, Any]]) -> None:
         if len(rows) < COPY_THRESHOLD:
             return super()._upsert_rows(cur, table, name, rows)
-        # COPY into a temporary copy of the table (dropped at commit), then merge in one statement.
-        stage = _q(f"stage_{name}")
+        # COPY into a temporary copy of the table, then merge in one statement. The staging table lives
+        # as long as the connection (emptied at each commit), so a batch does not create and drop one.
         cols = table.column_names
+        # named by the table and its columns: a connection's staging table never has other columns
+        stage = _q("stage_" + hashlib.sha1(f"{name}:{cols}".encode()).hexdigest()[:20])
         collist = ", ".join(map(_q, cols))
         cur.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {stage} "
-                    f"(LIKE {self._qualify(name)} INCLUDING DEFAULTS) ON COMMIT DROP")
+                    f"(LIKE {self._qualify(name)} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS")
         encode = self._row_encoder(table)
         with cur.copy(f"COPY {stage} ({collist}) FROM STDIN") as copy:
             for r in rows:
@@ -159,7 +162,7 @@ class PostgresBackend(SqlBackend):
         action = ("DO UPDATE SET " + ", ".join(f"{_q(c)} = excluded.{_q(c)}" for c in rest)) if rest else "DO NOTHING"
         cur.execute(f"INSERT INTO {self._qualify(name)} ({collist}) SELECT {collist} FROM {stage} "
                     f"ON CONFLICT ({', '.join(map(_q, table.primary_key))}) {action}")
-        cur.execute(f"DROP TABLE {stage}")
+        cur.execute(f"TRUNCATE {stage}")  # (a later COPY in the same transaction starts empty)
 
     def _meta_ddl(self) -> list[str]:
         t, l, s = (self._qualify(n) for n in ("projection_tracking", "projection_live", "projection_switches"))
