@@ -80,13 +80,13 @@ def _scan_decode(app: Any) -> tuple[int, float]:
 
 # -- child measurements (each in its own process) ------------------------------------------------------
 
-def child_generate(url: str, events: int) -> dict[str, Any]:
+def child_generate(url: str, events: int, interleave: int = 1) -> dict[str, Any]:
     from commands.workload import generate
     from ledger.store import open_app
 
     app = open_app(url)
     t = time.perf_counter()
-    recorded = generate(app, events)
+    recorded = generate(app, events, interleave=interleave)
     app.close()
     return {"events": recorded, "write_s": round(time.perf_counter() - t, 2)}
 
@@ -437,8 +437,8 @@ def child_views(url: str, chats: int) -> dict[str, Any]:
     return out
 
 
-def _in_child(kind: str, url: str, events: int) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-m", "commands.bench", "--child", kind, url, str(events)],
+def _in_child(kind: str, url: str, events: int, *extra: str) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-m", "commands.bench", "--child", kind, url, str(events), *extra],
                          capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise click.ClickException(f"bench {kind} failed:\n{out.stderr[-2000:]}")
@@ -447,13 +447,13 @@ def _in_child(kind: str, url: str, events: int) -> dict[str, Any]:
 
 def run_bench(backends: list[str], pg_url: str, rebuild_events: int, small_events: int, replay_events: int,
               only: set[str], throughput_commands: int = 4000, concurrent_commands: int = 300,
-              view_chats: int = 100_000) -> dict[str, Any]:
+              view_chats: int = 100_000, interleave: int = 300) -> dict[str, Any]:
     results: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
         "started_at": datetime.now(timezone.utc).isoformat(), "settings": {
             "rebuild_events": rebuild_events, "small_events": small_events, "replay_events": replay_events,
             "throughput_commands": throughput_commands, "concurrent_commands_per_process": concurrent_commands,
-            "concurrent_processes": 4, "view_chats": view_chats},
+            "concurrent_processes": 4, "view_chats": view_chats, "interleave": interleave},
         "backends": {},
     }
     with tempfile.TemporaryDirectory() as tmp:
@@ -466,11 +466,15 @@ def run_bench(backends: list[str], pg_url: str, rebuild_events: int, small_event
                 finally:
                     _drop(url)
             if "rebuild" in only:
-                for label, n in (("small", small_events), ("large", rebuild_events)):
+                for label, n, k in (("small", small_events, 1), ("large", rebuild_events, 1),
+                                    ("interleaved", small_events, interleave)):
+                    if k < 2 and label == "interleaved":
+                        continue
                     url = _fresh_url(backend, pg_url, tmp)
                     try:
-                        written = _in_child("generate", url, n)
-                        r[f"rebuild_{label}"] = {**_in_child("rebuild", url, n), "write_s": written["write_s"]}
+                        written = _in_child("generate", url, n, str(k))
+                        r[f"rebuild_{label}"] = {**_in_child("rebuild", url, n), "write_s": written["write_s"],
+                                                 "interleave": k}
                     finally:
                         _drop(url)
             for kind, n in (("throughput", throughput_commands), ("concurrent", concurrent_commands),
@@ -495,10 +499,11 @@ def print_table(results: dict[str, Any]) -> None:
             x = r["replay"]
             click.echo(f"{backend:<9} {'replay 10k-event chat (ev/s)':<34} {x['replay_events_per_s']:>16,} "
                        f"{x['decode_events_per_s']:>16,} {x['ratio']:>7.2f} {'>=0.8':>7}")
-        for label in ("small", "large"):
+        for label in ("small", "large", "interleaved"):
             x = r.get(f"rebuild_{label}")
             if x:
-                click.echo(f"{backend:<9} {'rebuild views, ' + format(x['events'], ',') + ' ev (ev/s/view)':<34} "
+                shape = f", {x['interleave']} at once" if label == "interleaved" else ""
+                click.echo(f"{backend:<9} {'rebuild views, ' + format(x['events'], ',') + ' ev' + shape:<34} "
                            f"{x['rebuild_events_per_s_per_view']:>16,} {x['raw_scan_decode_events_per_s']:>16,} "
                            f"{x['ratio_per_view']:>7.2f} {'>=0.5':>7}")
         sizes = [r[k] for k in ("rebuild_small", "rebuild_large") if k in r]
@@ -539,12 +544,14 @@ def print_table(results: dict[str, Any]) -> None:
 @click.option("--throughput-commands", type=int, default=4000, show_default=True)
 @click.option("--concurrent-commands", type=int, default=300, show_default=True, help="Per writer process.")
 @click.option("--view-chats", type=int, default=100_000, show_default=True)
+@click.option("--interleave", type=int, default=300, show_default=True,
+              help="Chats recorded at once in the interleaved rebuild ledger (of --small-events events; 1: skip it).")
 @click.option("--only", multiple=True, type=click.Choice(KINDS), help="Default: all.")
 @click.option("--quick", is_flag=True, help="Small sizes, for a smoke test (figures are not meaningful).")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default="bench-results.json", show_default=True)
 def bench(backends: tuple[str, ...], pg_url: str, rebuild_events: int, small_events: int, replay_events: int,
-          throughput_commands: int, concurrent_commands: int, view_chats: int, only: tuple[str, ...],
-          quick: bool, out: str) -> None:
+          throughput_commands: int, concurrent_commands: int, view_chats: int, interleave: int,
+          only: tuple[str, ...], quick: bool, out: str) -> None:
     """Measure replay, rebuild, command throughput, concurrent writers and view queries against same-run
     baselines; print a table, write JSON."""
     if quick:
@@ -552,7 +559,7 @@ def bench(backends: tuple[str, ...], pg_url: str, rebuild_events: int, small_eve
         throughput_commands, concurrent_commands, view_chats = 400, 40, 2000
     results = run_bench(list(backends) or ["sqlite", "postgres"], pg_url, rebuild_events, small_events,
                         replay_events, set(only) or set(KINDS), throughput_commands, concurrent_commands,
-                        view_chats)
+                        view_chats, interleave)
     results["settings"]["quick"] = quick
     print_table(results)
     with open(out, "w", encoding="utf-8") as f:
@@ -571,6 +578,6 @@ if __name__ == "__main__":
         kind, url, events = sys.argv[2], sys.argv[3], int(sys.argv[4])
         fn = {"rebuild": child_rebuild, "generate": child_generate, "replay": child_replay,
               "throughput": child_throughput, "concurrent": child_concurrent, "views": child_views}[kind]
-        print(json.dumps(fn(url, events)))
+        print(json.dumps(fn(url, events, *map(int, sys.argv[5:]))))  # type: ignore[operator]
     else:
         bench()

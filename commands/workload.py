@@ -132,16 +132,39 @@ class ChatScript:
         return d.finish_turn(s, em, models=self.models)
 
 
-def generate(app: Any, events: int, seed: int = 7, chat_events: int = 60, save_every: int = 200) -> int:
-    """Record about ``events`` events as chats of about ``chat_events`` events each. Returns the count."""
+def generate(app: Any, events: int, seed: int = 7, chat_events: int = 60, save_every: int = 200,
+             interleave: int = 1) -> int:
+    """Record about ``events`` events as chats of about ``chat_events`` events each. Returns the count.
+
+    ``interleave=1``: chat after chat (each chat's events are contiguous in the log, ``save_every`` chats
+    per transaction) — like an import of finished chats. ``interleave=K``: K chats are active at once and
+    each takes one step per round (one transaction per round; a finished chat is replaced by a new one),
+    so the log interleaves K chats event by event — like chats recorded live."""
     rng = random.Random(seed)
     start = datetime(2026, 1, 1, tzinfo=timezone.utc)
     facts = setup_catalogs(app)
+
+    def new_script() -> tuple[ChatScript, int]:
+        script = ChatScript(random.Random(rng.getrandbits(64)), start, facts)
+        return script, max(2, int(rng.gauss(chat_events, chat_events / 3)))
+
     recorded = 0
+    if interleave > 1:
+        active = [new_script() for _ in range(interleave)]
+        while recorded < events:
+            stepped = []
+            for i, (script, left) in enumerate(active):
+                if recorded + len(stepped) >= events:
+                    break
+                script.step()
+                stepped.append(script.chat)
+                active[i] = (script, left - 1) if left > 1 else new_script()
+            recorded += sum(len(c.pending_events) for c in stepped)  # type: ignore[union-attr]
+            app.save(*stepped)
+        return recorded
     pending: list[Chat] = []
     while recorded < events:
-        script = ChatScript(random.Random(rng.getrandbits(64)), start, facts)
-        length = max(2, int(rng.gauss(chat_events, chat_events / 3)))
+        script, length = new_script()
         for _ in range(min(length, events - recorded)):
             script.step()
         recorded += len(script.chat.pending_events)  # type: ignore[union-attr]

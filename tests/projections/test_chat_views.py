@@ -139,3 +139,15 @@ def test_views_follow_new_commands_and_status_shape(app: Any, backend: Any) -> N
     (status,) = [r for r in backend.query("chat_views", "chat_status") if r["queue_length"]]
     assert status["queue_length"] == len(backend.query("chat_views", "chat_queue", where={"chat_id": status["chat_id"]}))
     assert all(p.fold.loads == 0 for p in projections)  # a fresh fold only ever started from creations
+
+
+def test_an_interleaved_log_in_small_batches_equals_the_replayed_states(app: Any, backend: Any) -> None:
+    """Chats recorded live interleave event by event: a batch touches many chats, each a few times."""
+    from commands.workload import generate
+
+    generate(app, 1_500, seed=5, chat_events=20, interleave=40)
+    first = [e.originator_id for _, e in app.iter_events(0) if type(e).__module__ == "ledger.chat.events"][:40]
+    assert len(set(first)) == 40  # the first round: one event of each of the 40 active chats
+    p = renamed(ChatViews, app, "il")
+    catch_up(app, p, backend, batch_size=64)
+    assert read_build(backend, p) == replayed_rows(app)[ChatViews.name]
