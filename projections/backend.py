@@ -173,18 +173,6 @@ class SqlBackend:
         """Insert or replace whole rows (dialects may override with a faster bulk path)."""
         cur.executemany(self._upsert_sql(table, name), list(map(self._row_encoder(table), rows)))
 
-    def _delete_rows(self, cur: Any, table: Table, name: str, keys: list[tuple[Any, ...]]) -> None:
-        """Delete rows by primary key: one statement per chunk of keys (row values for a composite key)."""
-        pk = table.primary_key
-        enc = [self._encoder(table.column(k)) for k in pk]
-        cols = _q(pk[0]) if len(pk) == 1 else f"({', '.join(map(_q, pk))})"
-        one = self.PARAM if len(pk) == 1 else f"({', '.join([self.PARAM] * len(pk))})"
-        step = max(1, self.CHUNK // len(pk))
-        for i in range(0, len(keys), step):
-            chunk = keys[i:i + step]
-            cur.execute(f"DELETE FROM {self._qualify(name)} WHERE {cols} IN ({', '.join([one] * len(chunk))})",
-                        [e(v) for k in chunk for e, v in zip(enc, k)])
-
     def _row_encoder(self, table: Table) -> Any:
         """A function: normalized row dict -> tuple of parameters in column order (cached per table shape)."""
         fn = self._row_encoders.get(table)
@@ -731,8 +719,19 @@ class _TxStore:
 
     def write(self, table: Table, deletes: list[tuple[Any, ...]], upserts: list[dict[str, Any]]) -> None:
         name = self._name(table)
+        qname = self.b._qualify(name)
+        enc = [self.b._encoder(table.column(k)) for k in table.primary_key]
         if deletes:
-            self.b._delete_rows(self.cur, table, name, deletes)
+            if len(table.primary_key) == 1:
+                e = enc[0]
+                for i in range(0, len(deletes), self.b.CHUNK):
+                    chunk = deletes[i:i + self.b.CHUNK]
+                    self.cur.execute(f"DELETE FROM {qname} WHERE {_q(table.primary_key[0])} IN "
+                                     f"({', '.join([self.b.PARAM] * len(chunk))})", [e(k[0]) for k in chunk])
+            else:
+                cond = " AND ".join(f"{_q(k)} = {self.b.PARAM}" for k in table.primary_key)
+                self.cur.executemany(f"DELETE FROM {qname} WHERE {cond}",
+                                     [tuple(e(v) for e, v in zip(enc, k)) for k in deletes])
         if upserts:
             self.b._upsert_rows(self.cur, table, name, upserts)
 

@@ -72,9 +72,6 @@ def _jsonb(v: Any) -> Jsonb:
 
 
 _ENCODERS = {JSON: _jsonb, TEXT: _text}
-#: element types of the arrays that carry a column's values in one statement
-_ARRAY = {TEXT: "text", INTEGER: "integer", BIGINT: "bigint", BOOLEAN: "boolean", REAL: "double precision",
-          JSON: "jsonb", TIMESTAMP: "timestamptz"}
 _DECODERS = {TIMESTAMP: _utc, REAL: float}
 
 #: From this many rows on, upserts go through COPY + one merge statement.
@@ -146,39 +143,23 @@ class PostgresBackend(SqlBackend):
             cur.execute("SET LOCAL synchronous_commit TO off")
             yield
 
-    def _delete_rows(self, cur: Any, table: Table, name: str, keys: list[tuple[Any, ...]]) -> None:
-        # One statement with one array per key column: the same text whatever the number of keys
-        # (prepared once), one round trip.
-        pk = table.primary_key
-        enc = [self._encoder(table.column(k)) for k in pk]
-        arrays = ", ".join(f"%s::{_ARRAY[table.column(k).type]}[]" for k in pk)
-        cur.execute(f"DELETE FROM {self._qualify(name)} WHERE ({', '.join(map(_q, pk))}) IN "
-                    f"(SELECT * FROM unnest({arrays}))",
-                    [[e(v) for v in column] for e, column in zip(enc, zip(*keys))])
-
     def _upsert_rows(self, cur: Any, table: Table, name: str, rows: list[dict[str, Any]]) -> None:
-        cols = table.column_names
-        rest = [c for c in cols if c not in table.primary_key]
-        action = ("DO UPDATE SET " + ", ".join(f"{_q(c)} = excluded.{_q(c)}" for c in rest)) if rest else "DO NOTHING"
-        collist = ", ".join(map(_q, cols))
-        encode = self._row_encoder(table)
         if len(rows) < COPY_THRESHOLD:
-            # One statement with one array per column (not a statement per row): the server merges the
-            # rows as a set, and the text is the same whatever the number of rows (prepared once).
-            arrays = ", ".join(f"%s::{_ARRAY[c.type]}[]" for c in table.columns)
-            cur.execute(f"INSERT INTO {self._qualify(name)} ({collist}) SELECT * FROM unnest({arrays}) "
-                        f"ON CONFLICT ({', '.join(map(_q, table.primary_key))}) {action}",
-                        [list(column) for column in zip(*map(encode, rows))])
-            return
+            return super()._upsert_rows(cur, table, name, rows)
         # COPY into a temporary copy of the table, then merge in one statement. The staging table lives
         # as long as the connection (emptied at each commit), so a batch does not create and drop one.
+        cols = table.column_names
         # named by the table and its columns: a connection's staging table never has other columns
         stage = _q("stage_" + hashlib.sha1(f"{name}:{cols}".encode()).hexdigest()[:20])
+        collist = ", ".join(map(_q, cols))
         cur.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {stage} "
                     f"(LIKE {self._qualify(name)} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS")
+        encode = self._row_encoder(table)
         with cur.copy(f"COPY {stage} ({collist}) FROM STDIN") as copy:
             for r in rows:
                 copy.write_row(encode(r))
+        rest = [c for c in cols if c not in table.primary_key]
+        action = ("DO UPDATE SET " + ", ".join(f"{_q(c)} = excluded.{_q(c)}" for c in rest)) if rest else "DO NOTHING"
         cur.execute(f"INSERT INTO {self._qualify(name)} ({collist}) SELECT {collist} FROM {stage} "
                     f"ON CONFLICT ({', '.join(map(_q, table.primary_key))}) {action}")
         cur.execute(f"TRUNCATE {stage}")  # (a later COPY in the same transaction starts empty)
