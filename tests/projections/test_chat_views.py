@@ -151,3 +151,28 @@ def test_an_interleaved_log_in_small_batches_equals_the_replayed_states(app: Any
     p = renamed(ChatViews, app, "il")
     catch_up(app, p, backend, batch_size=64)
     assert read_build(backend, p) == replayed_rows(app)[ChatViews.name]
+
+
+def test_cli_rebuild_and_catch_up_take_a_batch_size(app: Any, backend: Any, db_url: str) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from commands.cli import main
+    from commands.workload import generate
+
+    def cli(*args: str) -> str:
+        result = CliRunner().invoke(main, ["--db", db_url, *args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    generate(app, 400, seed=9, chat_events=15, interleave=12)
+    out = json.loads(cli("projections", "rebuild", "chat_views", "--batch-size", "7", "--json"))
+    assert out["events"] == sum(type(e).__module__ == "ledger.chat.events" for _, e in app.iter_events(0))
+    generate(app, 100, seed=10, chat_events=15, interleave=5)
+    assert "chat_views:" in cli("projections", "catch-up", "chat_views", "--batch-size", "3")
+    live = backend.live_version(ChatViews.name)
+    assert backend.position(ChatViews.name, live) == app.head()
+    assert read_build(backend, ChatViews(app), live) == replayed_rows(app)[ChatViews.name]
+    refused = CliRunner().invoke(main, ["--db", db_url, "projections", "rebuild", "--batch-size", "0"])
+    assert refused.exit_code == 2 and "--batch-size" in refused.output
