@@ -66,10 +66,6 @@ class Recent:
             while len(self._items) > self.maxsize:
                 self._items.popitem(last=False)
 
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-
 
 _recent: weakref.WeakKeyDictionary[Any, Recent] = weakref.WeakKeyDictionary()
 _recent_lock = threading.Lock()

@@ -4,9 +4,10 @@ one projection, ``chat_views``.
 It folds each chat stream with the chat's own ``evolve`` (``projections.folding``) and, at the end of
 each batch, writes the rows the pure row functions of ``ledger.chat.views`` give for each touched chat's
 state after the batch: an upsert of what changed, a delete of what is gone. So the tables hold exactly
-the rows computed from the replayed states (at every committed position). The three tables share one fold, one tracking position and one transaction per batch: an event
-is decoded and folded once, however many views it changes, and the three views are always consistent
-with each other (a status row's queue_length equals its queue rows).
+the rows computed from the replayed states (at every committed position). The three tables share one
+fold, one tracking position and one transaction per batch: an event is decoded and folded once, however
+many views it changes, and the three views are always consistent with each other (a status row's
+queue_length equals its queue rows).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from ledger.chat.evolve import evolve
 from ledger.chat.state import unresolved_tool_calls
 from ledger.chat.views import queue_row, status_values, unresolved_values, uuid_str
 from projections.engine import (
-    BIGINT, BOOLEAN, INTEGER, JSON, TEXT, TIMESTAMP, Column, Delete, Projection, ProjectionError, RowOp, Rows, Table, Upsert,
+    BIGINT, BOOLEAN, INTEGER, JSON, TEXT, TIMESTAMP, Column, Delete, Projection, ProjectionError, RowOp, Rows,
+    Table, Upsert,
 )
 from projections.folding import StreamFold
 

@@ -11,8 +11,8 @@ Which build does the code maintain? (``maintained_version``)
   (in place, or blue/green) builds and switches to a build of this definition.
 
 Notifications are read with the library's recorder (``select_notifications``, topic filter in SQL), in
-windows of ``batch_size`` notification ids; each page is decoded before the view transaction opens, then applied with its
-tracking position in one transaction (``SqlBackend.apply_batch``).
+windows of ``batch_size`` notification ids; each page is decoded before the view transaction opens, then
+applied with its tracking position in one transaction (``SqlBackend.apply_batch``).
 """
 
 from __future__ import annotations
