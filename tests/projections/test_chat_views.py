@@ -7,7 +7,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,11 +14,11 @@ from commands.handler import command_from_dict, execute
 from commands.queries import chat_ids
 from ledger.chat.views import queue_row, status_values, unresolved_values
 from ledger.errors import LedgerError
-from projections import PositionConflict, ProjectionError, catch_up, maintained_version
+from projections import catch_up, maintained_version
 from projections.chats import ChatViews
 from tests.chat.helpers import setup_org
 from tests.projections.projection_kit import read_build
-from tests.projections.test_projection_exactly_once import crashing, decoded
+from tests.projections.test_projection_exactly_once import drive
 
 ORG = "8a6f4d2e-1b3c-4d5e-8f70-000000000001"
 OWNER = "5b1d7e9a-2c4f-4a6b-9d8e-00000000a11c"
@@ -96,25 +95,7 @@ def test_incremental_views_equal_rebuild_and_replayed_state(app: Any, backend: A
     for cls in VIEWS:
         p = renamed(cls, app, f"i{suffix}")
         version = maintained_version(p, backend)
-        position = 0
-        for action, size in schedule:
-            items = decoded(app, position, size)
-            if action == "redeliver" and position > 0:
-                before = read_build(backend, p, version)
-                with pytest.raises(PositionConflict):
-                    backend.apply_batch(p, version, decoded(app, max(position - size, 0), size))
-                assert read_build(backend, p, version) == before
-            elif action == "crash" and sum(type(e).TOPIC in p.topics for _, e in items) > 1:
-                handled = sum(type(e).TOPIC in p.topics for _, e in items)
-                before = read_build(backend, p, version)
-                with pytest.raises(ProjectionError, match="simulated crash"):
-                    # the same instance: its in-memory folds were advanced by the failed batch
-                    backend.apply_batch(crashing(p, at=handled), version, items)
-                del p.apply  # heal: back to the class's apply, same in-memory state
-                assert backend.position(p.name, version) == position
-                assert read_build(backend, p, version) == before
-            elif items:
-                position = backend.apply_batch(p, version, items)
+        drive(app, backend, p, version, schedule)
         catch_up(app, p, backend, batch_size=5)
         full = renamed(cls, app, f"f{suffix}")
         catch_up(app, full, backend, batch_size=1000)
