@@ -71,19 +71,21 @@ class _Stream:
         self.timestamp: Any = None
 
 
+def _folded(streams: dict[UUID, _Stream], state_type: type) -> tuple[list[tuple[UUID, _Stream]], set[str]]:
+    """The streams folded to a ``state_type`` state, and the ids of every stream that could not be folded
+    (their rows are not compared)."""
+    skip = {str(sid) for sid, st in streams.items() if st.broken}
+    return [(sid, st) for sid, st in streams.items() if not st.broken and isinstance(st.state, state_type)], skip
+
+
 def _expected_chat_views(streams: dict[UUID, _Stream]) -> tuple[dict[str, list[dict[str, Any]]], set[str]]:
     from ledger.chat.state import ChatState
     from ledger.chat.views import queue_row, status_values, unresolved_values
 
     out: dict[str, list[dict[str, Any]]] = {"chat_status": [], "unresolved_tool_calls": [], "chat_queue": []}
-    skip: set[str] = set()
-    for sid, st in streams.items():
-        if st.broken:
-            skip.add(str(sid))
-            continue
+    folded, skip = _folded(streams, ChatState)
+    for _, st in folded:
         s = st.state
-        if not isinstance(s, ChatState):
-            continue
         out["chat_status"].append(status_values(s))
         out["unresolved_tool_calls"].extend(unresolved_values(s))
         out["chat_queue"].extend(queue_row(s.chat_id, q) for q in s.queue)
@@ -94,14 +96,9 @@ def _expected_conversations(streams: dict[UUID, _Stream]) -> tuple[dict[str, lis
     from ledger.conversation.queries import conversation_view_row
     from ledger.conversation.state import ConversationState
 
-    rows, skip = [], set()
-    for sid, st in streams.items():
-        if st.broken:
-            skip.add(str(sid))
-            continue
-        if isinstance(st.state, ConversationState):
-            rows.append({"conversation_id": str(sid), **conversation_view_row(st.state),
-                         "version": st.version, "updated_at": st.timestamp})
+    folded, skip = _folded(streams, ConversationState)
+    rows = [{"conversation_id": str(sid), **conversation_view_row(st.state), "version": st.version,
+             "updated_at": st.timestamp} for sid, st in folded]
     return {"conversations": rows}, skip
 
 
@@ -113,14 +110,9 @@ def _expected_org_models(streams: dict[UUID, _Stream]) -> tuple[dict[str, list[d
 
     deployment = next((st.state for st in streams.values() if isinstance(st.state, DeploymentState)), None)
     out: dict[str, list[dict[str, Any]]] = {"organizations": [], "users": []}
-    skip: set[str] = set()
-    for sid, st in streams.items():
-        if st.broken:
-            skip.add(str(sid))
-            continue
+    folded, skip = _folded(streams, CatalogState)
+    for sid, st in folded:
         s = st.state
-        if not isinstance(s, CatalogState):
-            continue
         out["organizations"].append({**view_row(models_view(s.organization_id, s, deployment)),
                                      "version": s.version, "updated_at": s.updated_at})
         for user in sorted(set(s.members) | set(s.user_overrides)):
