@@ -91,7 +91,3 @@ class StreamFold:
         state = self.evolve(state, event)
         self._remember(event.originator_id.int, event.originator_version, state)
         return state
-
-    def clear(self) -> None:
-        self._states.clear()
-        self._newest = None
