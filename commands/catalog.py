@@ -357,9 +357,3 @@ def set_deployment_settings(app: Any, cmd: SetDeploymentSettings) -> dict[str, A
         return deployment_result(agg.state if agg is not None else None, events)
 
     return run(app, work)
-
-
-CATALOG_COMMANDS: tuple[type, ...] = (
-    AddOrganizationMember, RemoveOrganizationMember, CreateModelConfig, UpdateModelConfig, DeleteModelConfig,
-    SetDefaultModelConfig, SetProvider, SetAdminModelOverride, SetUserModelOverride, SetDeploymentSettings,
-)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import uuid
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterator
+from typing import Any
 
 from ledger.base import Emitter
 from ledger.chat import decide as d
@@ -175,10 +175,3 @@ def generate(app: Any, events: int, seed: int = 7, chat_events: int = 60, save_e
     if pending:
         app.save(*pending)
     return recorded
-
-
-def iter_chats(app: Any) -> Iterator[Chat]:  # pragma: no cover - convenience
-    from commands.queries import chat_ids
-
-    for cid in chat_ids(app):
-        yield app.load(cid)

@@ -92,7 +92,3 @@ class ModelResolution(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     reason: Reason | None = None
     requested_model_config_id: UUID | None = None
     reasoning_effort: EffortLevel | None = None
-
-
-def effort_rank(level: str) -> int:
-    return EFFORT_SCALE.index(level)

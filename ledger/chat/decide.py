@@ -17,7 +17,7 @@ the event that uses it (``model_resolution``).
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 from uuid import UUID, uuid5
 
@@ -681,7 +681,3 @@ def abandon(state: ChatState, em: Emitter) -> list[Any]:
 def set_title(state: ChatState, em: Emitter, *, title: str) -> list[Any]:
     em.emit(ev.TitleSet, title=normalize_title(title))
     return em.events
-
-
-def deadline_after(at: datetime) -> datetime:
-    return at + REQUIRES_ACTION_TIMEOUT

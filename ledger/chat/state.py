@@ -57,10 +57,6 @@ class MessageInfo(msgspec.Struct, gc=False, array_like=True):
     usage: Usage | None = None
     context_limit: int | None = None
 
-    @property
-    def result_ids(self) -> list[str]:
-        return [r.tool_call_id for r in self.results]
-
 
 def message_info(m: Message, at: datetime, previous: MessageInfo | None = None) -> MessageInfo:
     calls: list[ToolCall] = []
@@ -146,7 +142,6 @@ def classify(status: str, queue_nonempty: bool, archived: bool) -> str:
 
 
 VALID_STATES = ("W", "E0", "E1", "R0", "R1", "I0", "I1", "A0", "A1", "XW", "XE0", "XE1")
-RUNNABLE_STATES = frozenset({"R0", "R1", "I0", "I1", "A0", "A1"})
 
 
 # -- queries over the message index ------------------------------------------------------------------
@@ -211,11 +206,6 @@ def unresolved_tool_calls(state: ChatState) -> tuple[MessageInfo | None, list[To
     return None, []
 
 
-def last_assistant_message_id(state: ChatState) -> int | None:
-    i = last_assistant_index(state)
-    return state.messages[i].message_id if i >= 0 else None
-
-
 def latest_boundary_index(state: ChatState) -> int:
     for i in range(len(state.messages) - 1, -1, -1):
         m = state.messages[i]
@@ -234,7 +224,3 @@ def has_clearable_history(state: ChatState) -> bool:
     """An active model-visible non-system message exists after the latest context boundary."""
     b = latest_boundary_index(state)
     return any(active(m) and m.role != "system" and m.visibility != "user" for m in state.messages[b + 1:])
-
-
-def queue_head(state: ChatState) -> QueuedPrompt | None:
-    return state.queue[0] if state.queue else None

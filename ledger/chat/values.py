@@ -112,9 +112,5 @@ class QueuedPrompt(msgspec.Struct, gc=False, omit_defaults=True, frozen=True, kw
     created_at: datetime | None = None
 
 
-def text_message(text: str) -> MessageInput:
-    return MessageInput(role="user", parts=[TextPart(text=text)])
-
-
 def message_text(parts: list[Part]) -> str:
     return "".join(p.text for p in parts if isinstance(p, TextPart))

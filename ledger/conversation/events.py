@@ -183,10 +183,3 @@ class ConversationRecovered(LedgerEvent):
     force: bool
     scheduled: bool
     abandoned_job: int | None
-
-
-ALL_EVENTS: tuple[type[LedgerEvent], ...] = (
-    ConversationStarted, ArrivalAppended, ArrivalQueued, RoundBegan, StagePrepared, ArrivalsFlushed,
-    SteerPrepared, SteerCommitted, SteerDiscarded, RoundCompleted, RoundStalled, ConversationHalted,
-    ConversationRestarted, ConversationRecovered,
-)

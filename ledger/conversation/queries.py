@@ -42,10 +42,6 @@ def steer_values(state: ConversationState, token: SteerToken) -> list[History]:
     return boxes_to_send(state, token.start, token.end)
 
 
-def tool_call_id_json(tool_call_id: Any) -> dict[str, Any]:
-    return msgspec.to_builtins(tool_call_id)
-
-
 def steer_json(state: ConversationState, token: SteerToken | None) -> dict[str, Any] | None:
     if token is None:
         return None

@@ -16,7 +16,7 @@ non-error tool result whose body is ``{"type": ..., "remaining_uses": n, ...}``.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Literal, Mapping, Protocol, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 import msgspec
 
@@ -26,9 +26,6 @@ from ledger.chat.values import MessageInput, ToolResultPart
 ADVISOR = "advisor"
 #: Used when no deployment settings are given (the catalog's ``advisor_max_uses_per_turn`` replaces it).
 DEFAULT_ADVISOR_MAX_USES_PER_TURN = 3
-
-AdvisorResultType = Literal["advice", "limit_reached", "error"]
-
 
 def exclusive_call_error(tool_name: str) -> str:
     """The error result of an exclusive call that shares its batch (exact reference text)."""

@@ -142,7 +142,7 @@ def test_return_resolves_its_originating_call():
 
 def test_return_for_a_call_of_the_running_stage_queues():
     h = Harness()
-    job = with_wave(h)
+    with_wave(h)
     assert isinstance(h.ret(1)[0], ArrivalQueued)
 
 
