@@ -170,38 +170,31 @@ def outstanding_tool_calls(state: ChatState, dynamic_only: bool = False,
     Provider-executed calls never count. A result counts when it is in a later active ``tool`` message
     (or, with ``count_own_results``, inside the assistant message itself — the state machine's rule).
     """
-    msgs = state.messages if messages is None else messages
-    i = _last_assistant(msgs)
-    if i < 0:
-        return []
-    assistant = msgs[i]
-    if not assistant.calls:
-        return []
-    handled: set[str] = {r.tool_call_id for r in assistant.results} if count_own_results else set()
-    for m in msgs[i + 1:]:
-        if m.role == "tool" and not m.deleted and not m.compressed:
-            for r in m.results:
-                handled.add(r.tool_call_id)
-    dynamic = state.dynamic_tools
-    return [
-        c for c in assistant.calls
-        if not c.provider_executed and c.tool_call_id not in handled
-        and (not dynamic_only or c.tool_name in dynamic)
-    ]
+    _, calls = _latest_assistant_calls(state.messages if messages is None else messages, count_own_results)
+    if dynamic_only:
+        dynamic = state.dynamic_tools
+        return [c for c in calls if c.tool_name in dynamic]
+    return calls
 
 
 def unresolved_tool_calls(state: ChatState) -> tuple[MessageInfo | None, list[ToolCall]]:
     """The latest active assistant message and its unresolved calls, by GEN's rule (reference §5.1):
-    a call is resolved by a result in a later active ``tool`` message (results inside the assistant
-    message itself do not count here); provider-executed calls never count. One backward pass."""
+    results inside the assistant message itself do not count (``outstanding_tool_calls`` with
+    ``count_own_results=False``, and the message too)."""
+    return _latest_assistant_calls(state.messages, count_own_results=False)
+
+
+def _latest_assistant_calls(msgs: list[MessageInfo], count_own_results: bool) -> tuple[MessageInfo | None,
+                                                                                       list[ToolCall]]:
+    """The latest active assistant message and its calls without a result, in one backward pass."""
     answered: set[str] = set()
-    for m in reversed(state.messages):
+    for m in reversed(msgs):
         if m.deleted or m.compressed:
             continue
-        if m.role == "tool":
+        if m.role == "tool" or (m.role == "assistant" and count_own_results):
             for r in m.results:
                 answered.add(r.tool_call_id)
-        elif m.role == "assistant":
+        if m.role == "assistant":
             return m, [c for c in m.calls if not c.provider_executed and c.tool_call_id not in answered]
     return None, []
 
