@@ -385,6 +385,9 @@ class SqlBackend:
         writer = self._writers.get(key)
         if writer is None:
             writer = self._writers.setdefault(key, _Writer(self.cache_rows))
+        topics = projection.topic_set()
+        if topics is not None:  # not for this projection (catch-up filters in SQL already)
+            items = [(nid, e) for nid, e in items if getattr(type(e), "TOPIC", None) in topics]
         with writer.lock:
             # Whatever the projection reads from elsewhere (a fold's states from the event store) is
             # read now, before the view transaction holds its locks (on SQLite, the file's write lock).
@@ -421,11 +424,8 @@ class SqlBackend:
                     writer.cache.clear()  # someone else wrote since we filled the cache
                 state = ViewState(projection.table_map(), _TxStore(self, cur, projection.name, version),
                                   writer.cache)
-                topics = projection.topic_set()
                 projection.begin_batch()
                 for nid, event in items:
-                    if topics is not None and getattr(type(event), "TOPIC", None) not in topics:
-                        continue  # not for this projection (catch-up filters in SQL already)
                     try:
                         ops = projection.apply(event, state)
                         for op in ops or ():

@@ -67,8 +67,7 @@ class ChatViews(Projection):
         self._signatures: dict[int, tuple[int, Any]] = {}
 
     def prepare(self, events: Any) -> None:
-        topics = self.topic_set()
-        self.fold.prefetch([e for e in events if type(e).TOPIC in topics])
+        self.fold.prefetch(events)
 
     def apply(self, event: Any, rows: Rows) -> Iterable[RowOp]:
         """Fold only: the rows of a chat are written once per batch, from its state after the batch

@@ -33,8 +33,7 @@ class ConversationsView(Projection):
         self.fold = StreamFold(app, evolve, cev.ConversationStarted)
 
     def prepare(self, events: Any) -> None:
-        topics = self.topic_set()
-        self.fold.prefetch([e for e in events if type(e).TOPIC in topics])
+        self.fold.prefetch(events)
 
     def apply(self, event: Any, rows: Rows) -> Iterable[RowOp]:
         state = self.fold.after(event, self.fold.before(event))

@@ -384,8 +384,9 @@ class Projection:
     topics: ClassVar[Sequence[str] | None] = None
 
     def prepare(self, events: Sequence[Any]) -> None:
-        """Called with a batch's events before its transaction opens: read anything the projection
-        needs from outside the view here (never while the view's locks are held)."""
+        """Called with a batch's events for this projection (those of its ``topics``) before its
+        transaction opens: read anything the projection needs from outside the view here (never while
+        the view's locks are held)."""
 
     def begin_batch(self) -> None:
         """Called before the first event of each batch (one transaction)."""
