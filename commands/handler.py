@@ -6,7 +6,8 @@ The command union is assembled from the feature modules' ``@handles`` registrati
 from __future__ import annotations
 
 import functools
-from typing import Any, Union
+import json
+from typing import Any, Callable, Iterable, Union
 
 import msgspec
 
@@ -61,4 +62,34 @@ def execute_json(app: Any, data: bytes | str) -> dict[str, Any]:
     return execute(app, decode_command(data))
 
 
-__all__ = ["LedgerError", "command_types", "decode_command", "command_from_dict", "execute", "execute_json"]
+def apply_lines(app: Any, lines: Iterable[str], stop_on_error: bool = False,
+                out: Callable[[dict[str, Any]], None] = lambda _: None) -> tuple[int, int]:
+    """Run JSONL commands in order, handing ``out`` one result line each (CONTRACT §4). Returns (ok, refused)."""
+    ok = refused = 0
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        ctype = _type_of(line)
+        try:
+            result = execute(app, decode_command(line))
+        except LedgerError as e:
+            refused += 1
+            out({"line": number, "ok": False, "type": ctype, "error": e.to_dict()})
+            if stop_on_error:
+                break
+            continue
+        ok += 1
+        out({"line": number, "ok": True, "type": ctype, "result": result})
+    return ok, refused
+
+
+def _type_of(line: str) -> Any:
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    t = obj.get("type") if isinstance(obj, dict) else None
+    return t if isinstance(t, str) else None
+
+
+__all__ = ["LedgerError", "command_types", "decode_command", "command_from_dict", "execute", "execute_json", "apply_lines"]

@@ -68,7 +68,7 @@ def record(app: Any) -> None:
 
 
 def main(path: str) -> None:
-    from commands.events_io import export_lines
+    from commands.eventlog import export_lines
     from ledger.store import ChatLedgerApp
 
     with tempfile.TemporaryDirectory() as d:

@@ -17,7 +17,7 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from commands.cli import main
+from commands.cli.main import main
 from tests.catalog.kit import ALICE, M1, M2, ORG, org_with, run
 
 __all__ = ["ALICE", "M1", "M2", "ORG", "cli", "scenario", "INTERRUPTED"]

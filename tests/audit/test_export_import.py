@@ -10,9 +10,8 @@ from typing import Iterator
 
 import pytest
 
-import commands.cli  # noqa: F401  (registers every command group before cli_views is read)
-from commands.cli_views import all_projections
-from commands.workload import generate
+from commands.views import all_projections
+from commands.tools.workload import generate
 from ledger.store import open_app
 from projections import open_backend
 from tests.audit.kit import cli

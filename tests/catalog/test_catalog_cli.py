@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from commands.cli import main
+from commands.cli.main import main
 from tests.catalog.kit import ALICE, BOB, FOREIGN, M1, M2, ORG, ORG2, W
 
 SETUP = [

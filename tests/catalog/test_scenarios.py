@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from commands.cli import apply_lines
+from commands.handler import apply_lines
 from ledger.chat.aggregate import Chat
 from ledger.store import ChatLedgerApp
 

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from commands.base import HANDLERS, command_type
-from commands.cli import main
+from commands.cli.main import main
 from ledger.store import open_app
 
 REPO = Path(__file__).resolve().parents[2]

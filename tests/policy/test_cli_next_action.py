@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from commands.cli import main
+from commands.cli.main import main
 from ledger.store import open_app
 from tests.chat.helpers import MODEL, ORG, OWNER, run, setup_org
 

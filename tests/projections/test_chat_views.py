@@ -124,7 +124,7 @@ def test_views_follow_new_commands_and_status_shape(app: Any, backend: Any) -> N
 
 def test_an_interleaved_log_in_small_batches_equals_the_replayed_states(app: Any, backend: Any) -> None:
     """Chats recorded live interleave event by event: a batch touches many chats, each a few times."""
-    from commands.workload import generate
+    from commands.tools.workload import generate
 
     generate(app, 1_500, seed=5, chat_events=20, interleave=40)
     first = [e.originator_id for _, e in app.iter_events(0) if type(e).__module__ == "ledger.chat.events"][:40]
@@ -139,8 +139,8 @@ def test_cli_rebuild_and_catch_up_take_a_batch_size(app: Any, backend: Any, db_u
 
     from click.testing import CliRunner
 
-    from commands.cli import main
-    from commands.workload import generate
+    from commands.cli.main import main
+    from commands.tools.workload import generate
 
     def cli(*args: str) -> str:
         result = CliRunner().invoke(main, ["--db", db_url, *args], catch_exceptions=False)

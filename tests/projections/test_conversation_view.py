@@ -8,7 +8,7 @@ import uuid
 
 from click.testing import CliRunner
 
-from commands.cli import main
+from commands.cli.main import main
 from ledger.conversation.queries import conversation_view_row
 
 

@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from commands.workload import generate
+from commands.tools.workload import generate
 from projections import open_backend
 from tests.reliability.kit import assert_views_equal_rebuild, read_views
 

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from commands.cli import main
+from commands.cli.main import main
 from commands.handler import command_from_dict, decode_command, execute
 from ledger.errors import LedgerError
 from tests.chat.helpers import ORG, OWNER, setup_org

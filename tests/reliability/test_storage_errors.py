@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def cli(db: str, *args: str, stdin: str = "", preexec: Any = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run([sys.executable, "-c", "from commands.cli import main; main()", "--db", db, *args], cwd=ROOT, input=stdin,
+    return subprocess.run([sys.executable, "-c", "from commands.cli.main import main; main()", "--db", db, *args], cwd=ROOT, input=stdin,
                           capture_output=True, text=True, timeout=timeout, preexec_fn=preexec, env=env)
 
 

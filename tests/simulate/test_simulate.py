@@ -8,8 +8,10 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from commands.cli import main
-from commands.simulate import FIRST_COMMAND, check_chats, check_decisions, simulate
+from commands.cli.main import main
+from commands.tools.sim_base import FIRST_COMMAND
+from commands.tools.sim_checks import check_chats, check_decisions
+from commands.tools.simulate import simulate
 from ledger.store import open_app
 
 CHATS = 30

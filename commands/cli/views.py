@@ -1,7 +1,8 @@
 """CLI read commands on the materialized views, and ``projections status|catch-up|rebuild|follow``.
 
-Every query catches up the views it reads first, so the CLI always shows what has been recorded. A
-progress bar appears on a terminal when there is more than a moment's work; piped output stays quiet.
+The queries are the service layer's (``commands.views``); this module parses options and prints. Every
+query catches up the views it reads first, so the CLI always shows what has been recorded. A progress bar
+appears on a terminal when there is more than a moment's work; piped output stays quiet.
 """
 
 from __future__ import annotations
@@ -9,75 +10,15 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import click
 import msgspec
 
-from commands.cli import STATUS_COLUMNS, Ctx, emit_json, main, parse_uuid, pass_ctx, print_table
-from ledger.chat.views import json_row
+from commands import views
+from commands.cli.context import STATUS_COLUMNS, Ctx, caught_up, emit_json, parse_uuid, pass_ctx, print_rows, progress_bar
 from ledger.errors import LedgerError
-from projections import ProjectionError, catch_up, follow, open_backend, rebuild, status
-from projections.chats import chat_projections
-
-PROGRESS_THRESHOLD = 2000  # notifications behind before a progress bar is worth showing
-
-
-def all_projections(app: Any) -> list[Any]:
-    from projections.conversations import conversation_projections
-    from projections.org_models import org_model_projections
-
-    return chat_projections(app) + conversation_projections(app) + org_model_projections(app)
-
-
-def backend_of(c: Ctx) -> Any:
-    if getattr(c, "_backend", None) is None:
-        c._backend = open_backend(c.url)  # type: ignore[attr-defined]
-        previous_close = c.close
-
-        def close() -> None:
-            c._backend.close()  # type: ignore[attr-defined]
-            c._backend = None  # type: ignore[attr-defined]
-            previous_close()
-
-        c.close = close  # type: ignore[method-assign]
-    return c._backend  # type: ignore[attr-defined]
-
-
-@contextmanager
-def progress_bar(label: str, lag: int) -> Iterator[Callable[[int, int], None] | None]:
-    if lag < PROGRESS_THRESHOLD or not sys.stderr.isatty():
-        yield None
-        return
-    with click.progressbar(length=lag, label=label, file=sys.stderr) as bar:
-        done = [0]
-
-        def update(n: int, total: int) -> None:
-            if n > done[0]:
-                bar.update(n - done[0])
-                done[0] = n
-
-        yield update
-
-
-def caught_up(c: Ctx, names: tuple[str, ...] | None = None) -> Any:
-    """The backend with the named projections (default: all) caught up to the head of the log."""
-    app, backend = c.app, backend_of(c)
-    for p in all_projections(app):
-        if names is None or p.name in names:
-            try:
-                run_catch_up(app, p, backend)
-            except ProjectionError as e:
-                raise LedgerError("projection_error", str(e)) from e
-    return backend
-
-
-def run_catch_up(app: Any, projection: Any, backend: Any, batch_size: int = 500) -> int:
-    lag = app.head() - (backend.position(projection.name, backend.live_version(projection.name) or projection.version) or 0)
-    with progress_bar(f"catching up {projection.name}", lag) as progress:
-        return catch_up(app, projection, backend, batch_size=batch_size, progress=progress)
-
+from projections import follow, rebuild, status
 
 #: ``--batch-size`` of ``projections catch-up`` and ``rebuild``
 batch_size_option = click.option(
@@ -86,12 +27,7 @@ batch_size_option = click.option(
          "faster (fewer rewrites of each chat's rows); a crash loses at most one batch of work.")
 
 
-def _query(c: Ctx, name: str, table: str, where: dict[str, Any], order_by: Any = None) -> list[dict[str, Any]]:
-    backend = caught_up(c, (name,))
-    return [json_row(r) for r in backend.query(name, table, where=where or None, order_by=order_by)]
-
-
-@main.command("status")
+@click.command("status")
 @click.argument("chat_id", required=False)
 @click.option("--org", default=None, help="Only this organization's chats.")
 @click.option("--status", "status_filter", default=None,
@@ -100,73 +36,42 @@ def _query(c: Ctx, name: str, table: str, where: dict[str, Any], order_by: Any =
 @pass_ctx
 def status_cmd(c: Ctx, chat_id: str | None, org: str | None, status_filter: str | None, as_json: bool) -> None:
     """Chat status (the chat_status view): one chat, or every chat (filters --org, --status)."""
-    where: dict[str, Any] = {}
-    if chat_id:
-        where["chat_id"] = str(parse_uuid(chat_id))
-    if org:
-        where["organization_id"] = str(parse_uuid(org, "organization id"))
-    if status_filter:
-        where["status"] = status_filter
-    rows = _query(c, "chat_views", "chat_status", where, order_by=["updated_at", "chat_id"])
-    if chat_id and not rows:
-        raise LedgerError("chat_not_found", "chat not found")
-    if as_json:
-        for r in rows:
-            emit_json(r)
-    else:
-        print_table(rows, STATUS_COLUMNS)
+    rows = views.chat_status(caught_up(c, ("chat_views",)), parse_uuid(chat_id) if chat_id else None,
+                             parse_uuid(org, "organization id") if org else None, status_filter)
+    print_rows(rows, as_json, STATUS_COLUMNS)
 
 
-@main.command()
+@click.command()
 @click.argument("chat_id", required=False)
 @click.option("--org", default=None, help="Only this organization's chats.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @pass_ctx
 def unresolved(c: Ctx, chat_id: str | None, org: str | None, as_json: bool) -> None:
     """Unresolved tool calls of each chat's latest assistant message (the unresolved_tool_calls view)."""
-    where: dict[str, Any] = {}
-    if chat_id:
-        where["chat_id"] = str(parse_uuid(chat_id))
-    if org:
-        chats = _query(c, "chat_views", "chat_status", {"organization_id": str(parse_uuid(org, "organization id"))})
-        where["chat_id"] = [r["chat_id"] for r in chats]
-        if not where["chat_id"]:
-            rows: list[dict[str, Any]] = []
-            return _print(rows, as_json, ("chat_id", "tool_call_id", "tool_name", "kind", "since"))
-    rows = _query(c, "chat_views", "unresolved_tool_calls", where, order_by=["chat_id", "assistant_message_id", "since"])
-    columns = ("chat_id", "assistant_message_id", "tool_call_id", "tool_name", "kind", "execution_id", "args", "since")
-    rows = [{k: r[k] for k in columns} for r in rows]
-    _print(rows, as_json, ("chat_id", "tool_call_id", "tool_name", "kind", "since"))
+    rows = views.unresolved(caught_up(c, ("chat_views",)), parse_uuid(chat_id) if chat_id else None,
+                            parse_uuid(org, "organization id") if org else None)
+    print_rows(rows, as_json, ("chat_id", "tool_call_id", "tool_name", "kind", "since"))
 
 
-@main.command()
+@click.command()
 @click.argument("chat_id")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @pass_ctx
 def queue(c: Ctx, chat_id: str, as_json: bool) -> None:
     """Queued prompts of a chat, head first (the chat_queue view)."""
-    rows = _query(c, "chat_views", "chat_queue", {"chat_id": str(parse_uuid(chat_id))},
-                  order_by=["position", "queued_message_id"])
-    _print(rows, as_json, ("queued_message_id", "position", "text", "hook_allowed_tools", "created_by"))
-
-
-def _print(rows: list[dict[str, Any]], as_json: bool, columns: tuple[str, ...]) -> None:
-    if as_json:
-        for r in rows:
-            emit_json(r)
-    else:
-        print_table(rows, columns)
+    rows = views.chat_queue(caught_up(c, ("chat_views",)), parse_uuid(chat_id))
+    print_rows(rows, as_json, ("queued_message_id", "position", "text", "hook_allowed_tools", "created_by"))
 
 
 # -- projections ----------------------------------------------------------------------------------
 
-@main.group()
+@click.group()
 def projections() -> None:
     """Projection positions and lag; catch up; rebuild (in place or blue/green); follow live."""
 
 
 def _selected(c: Ctx, name: str | None) -> list[Any]:
-    ps = all_projections(c.app)
+    ps = views.all_projections(c.app)
     if name is None:
         return ps
     chosen = [p for p in ps if p.name == name]
@@ -180,12 +85,8 @@ def _selected(c: Ctx, name: str | None) -> list[Any]:
 @pass_ctx
 def projections_status(c: Ctx, as_json: bool) -> None:
     """Each projection's position, the head of the log, the lag in events and the live version."""
-    rows = [msgspec.to_builtins(s) for s in status(c.app, all_projections(c.app), backend_of(c))]
-    if as_json:
-        for r in rows:
-            emit_json(r)
-    else:
-        print_table(rows, ("projection", "live_version", "version", "position", "head", "lag", "state"))
+    rows = [msgspec.to_builtins(s) for s in status(c.app, views.all_projections(c.app), c.backend)]
+    print_rows(rows, as_json, ("projection", "live_version", "version", "position", "head", "lag", "state"))
 
 
 @projections.command("catch-up")
@@ -194,9 +95,10 @@ def projections_status(c: Ctx, as_json: bool) -> None:
 @pass_ctx
 def projections_catch_up(c: Ctx, name: str | None, batch_size: int) -> None:
     """Bring projections (default: all) up to the head of the log."""
-    backend = backend_of(c)
+    backend = c.backend
     for p in _selected(c, name):
-        n = run_catch_up(c.app, p, backend, batch_size)
+        with progress_bar(f"catching up {p.name}", views.lag(c.app, p, backend)) as progress:
+            n = views.catch_up_one(c.app, p, backend, batch_size, progress)
         click.echo(f"{p.name}: {n} events applied")
 
 
@@ -210,7 +112,7 @@ def projections_catch_up(c: Ctx, name: str | None, batch_size: int) -> None:
 def projections_rebuild(c: Ctx, name: str | None, blue_green: bool, accept_diff: bool, batch_size: int,
                         as_json: bool) -> None:
     """Rebuild projections (default: all) from the first event."""
-    backend, refused = backend_of(c), False
+    backend, refused = c.backend, False
     for p in _selected(c, name):
         with progress_bar(f"rebuilding {p.name}", c.app.head()) as progress:
             result = rebuild(c.app, p, backend, blue_green=blue_green, accept_diff=accept_diff,
@@ -243,8 +145,8 @@ def projections_rebuild(c: Ctx, name: str | None, blue_green: bool, accept_diff:
 @pass_ctx
 def projections_follow(c: Ctx, poll_interval: float, duration: float | None) -> None:
     """Keep every projection caught up until interrupted (LISTEN/NOTIFY on PostgreSQL, plus polling)."""
-    app, backend = c.app, backend_of(c)
-    ps = all_projections(app)
+    app, backend = c.app, c.backend
+    ps = views.all_projections(app)
     stop = threading.Event()
     failure: list[BaseException] = []
 

@@ -1,76 +1,21 @@
-"""The ``chat-ledger`` command line (CONTRACT §5).
-
-Text output for people by default; ``--json`` prints compact JSON, one object per line. Errors from the
-ledger print ``error: <code>: <message>`` on stderr and exit 1; usage errors exit 2 (click's rule).
-"""
+"""CLI: ``init``, ``apply`` (JSONL commands, CONTRACT §4), the human ``chat ...`` forms and ``show``."""
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Callable, Iterable
-from uuid import UUID
+from typing import Any, Callable
 
 import click
-import msgspec
 
-from commands.handler import command_from_dict, decode_command, execute
-from commands.queries import load_chat
+from commands.cli.context import Ctx, actor_opt, emit_json, json_flag, key_opt, parse_uuid, pass_ctx
+from commands.handler import apply_lines, command_from_dict, execute
+from commands.queries import chat_version_as_of, load_chat
 from ledger.chat.views import show as show_chat
-from ledger.errors import LedgerError
-from ledger.store import open_app, redact, resolve_url
-
-_json = msgspec.json.Encoder()
+from ledger.store import redact
 
 
-def emit_json(obj: Any) -> None:
-    click.echo(_json.encode(obj).decode())
-
-
-class Ctx:
-    def __init__(self, db: str | None) -> None:
-        self.url = resolve_url(db)
-        self._app: Any = None
-
-    @property
-    def app(self) -> Any:
-        if self._app is None:
-            self._app = open_app(self.url)
-        return self._app
-
-    def close(self) -> None:
-        if self._app is not None:
-            self._app.close()
-            self._app = None
-
-
-class LedgerGroup(click.Group):
-    """Turns a LedgerError raised anywhere below into a one-line error and exit status 1."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except LedgerError as e:
-            click.echo(f"error: {e.code}: {e.message}", err=True)
-            ctx.exit(1)
-
-
-@click.group(cls=LedgerGroup)
-@click.option("--db", envvar="CHAT_LEDGER_DB", default=None, metavar="URL",
-              help="sqlite:///FILE (default sqlite:///chat-ledger.db) or postgresql://USER@HOST[:PORT]/DB[?schema=S]")
-@click.version_option(package_name="chat-ledger")
-@click.pass_context
-def main(ctx: click.Context, db: str | None) -> None:
-    """chat-ledger: an event-sourced ledger for AI-agent chats."""
-    state = Ctx(db)
-    ctx.obj = state
-    ctx.call_on_close(state.close)
-
-
-pass_ctx = click.make_pass_decorator(Ctx)
-
-
-@main.command()
+@click.command()
 @pass_ctx
 def init(c: Ctx) -> None:
     """Create the tables (and the PostgreSQL schema) if missing."""
@@ -80,43 +25,13 @@ def init(c: Ctx) -> None:
 
 # -- apply ---------------------------------------------------------------------------------------------
 
-def apply_lines(app: Any, lines: Iterable[str], stop_on_error: bool = False,
-                out: Callable[[dict[str, Any]], None] = emit_json) -> tuple[int, int]:
-    """Run JSONL commands in order; one result line each (CONTRACT §4). Returns (ok, refused)."""
-    ok = refused = 0
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        ctype = _type_of(line)
-        try:
-            result = execute(app, decode_command(line))
-        except LedgerError as e:
-            refused += 1
-            out({"line": number, "ok": False, "type": ctype, "error": e.to_dict()})
-            if stop_on_error:
-                break
-            continue
-        ok += 1
-        out({"line": number, "ok": True, "type": ctype, "result": result})
-    return ok, refused
-
-
-def _type_of(line: str) -> Any:
-    try:
-        obj = json.loads(line)
-    except ValueError:
-        return None
-    t = obj.get("type") if isinstance(obj, dict) else None
-    return t if isinstance(t, str) else None
-
-
-@main.command()
+@click.command()
 @click.argument("file", type=click.File("r", encoding="utf-8"))
 @click.option("--stop-on-error", is_flag=True, help="Stop at the first refused line.")
 @pass_ctx
 def apply(c: Ctx, file: Any, stop_on_error: bool) -> None:
     """Execute a JSONL file of commands (FILE or - for stdin); one JSON result line per command."""
-    _, refused = apply_lines(c.app, file, stop_on_error)
+    _, refused = apply_lines(c.app, file, stop_on_error, out=emit_json)
     sys.exit(1 if refused else 0)
 
 
@@ -140,12 +55,7 @@ def run_command(c: Ctx, command: dict[str, Any], as_json: bool) -> None:
     click.echo(line)
 
 
-json_flag = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-key_opt = click.option("--idempotency-key", default=None, help="Repeat-safe key for this command.")
-actor_opt = click.option("--actor", default=None, help="Who asks (a UUID); recorded.")
-
-
-@main.group()
+@click.group()
 def chat() -> None:
     """Human forms of the chat commands (apply takes the same commands as JSON)."""
 
@@ -245,38 +155,7 @@ _chat_command("submit-results", "complete_requires_action", "Submit client tool 
 
 # -- reading -------------------------------------------------------------------------------------------
 
-STATUS_COLUMNS = ("chat_id", "execution_state", "status", "queue_length", "message_count", "version", "title")
-
-
-def print_table(rows: list[dict[str, Any]], columns: Iterable[str]) -> None:
-    columns = list(columns)
-    if not rows:
-        click.echo("(none)")
-        return
-    cells = [[_cell(r.get(col)) for col in columns] for r in rows]
-    widths = [max(len(col), *(len(row[i]) for row in cells)) for i, col in enumerate(columns)]
-    click.echo("  ".join(col.ljust(w) for col, w in zip(columns, widths)).rstrip())
-    for row in cells:
-        click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
-
-
-def _cell(v: Any) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, (list, dict)):
-        return json.dumps(v)
-    text = str(v)
-    return text if len(text) <= 48 else text[:47] + "…"
-
-
-def parse_uuid(value: str, what: str = "chat id") -> UUID:
-    try:
-        return UUID(value)
-    except ValueError:
-        raise LedgerError("invalid_command", f"invalid {what}: {value!r}") from None
-
-
-@main.command()
+@click.command()
 @click.argument("chat_id")
 @click.option("--at", "at_version", type=int, default=None, help="The chat as it was at this stream version.")
 @click.option("--as-of", "as_of", default=None, metavar="TIME", help="The chat as it was at TIME (ISO 8601).")
@@ -284,10 +163,10 @@ def parse_uuid(value: str, what: str = "chat id") -> UUID:
 @pass_ctx
 def show(c: Ctx, chat_id: str, at_version: int | None, as_json: bool, as_of: str | None = None) -> None:
     """Full state of one chat: messages (deleted ones included), queue, policy, unresolved tool calls."""
+    if at_version is not None and as_of is not None:
+        raise click.UsageError("use --at or --as-of, not both")
     cid = parse_uuid(chat_id)
     if as_of is not None:
-        from commands.cli_audit import chat_version_as_of
-
         at_version = chat_version_as_of(c.app, cid, at_version, as_of)
     chat_agg = load_chat(c.app, cid, version=at_version)
     data = show_chat(chat_agg.state, c.app.stream(cid, lte=chat_agg.version))
@@ -328,20 +207,3 @@ def _summary(parts: list[dict[str, Any]]) -> str:
             out.append(f"[{t}]")
     text = " ".join(out).replace("\n", " ")
     return text if len(text) <= 100 else text[:99] + "…"
-
-
-# demo and the other command groups register themselves on import
-from commands import cli_views as _views  # noqa: E402,F401
-from commands import cli_conversation as _conversation  # noqa: E402,F401
-from commands import demo as _demo  # noqa: E402,F401
-from commands import cli_catalog as _cli_catalog  # noqa: E402,F401
-from commands import cli_generation  # noqa: E402,F401
-from commands import bench as _bench  # noqa: E402,F401
-from commands import simulate as _simulate  # noqa: E402,F401
-from commands import cli_audit as _cli_audit  # noqa: E402,F401
-
-_bench._register()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

@@ -1,4 +1,4 @@
-"""``chat-ledger events verify|stats|export|import``: check, count, copy the stored events.
+"""The stored events as a whole: verify, stats, export and import (``chat-ledger events ...``).
 
 * ``verify`` decodes every stored event with the current code, replays every stream with its aggregate's
   ``evolve`` checking the aggregate invariants (``ledger.audit.invariants``) and the version sequence, and
@@ -12,16 +12,13 @@
 from __future__ import annotations
 
 import base64
-import sys
 from collections import Counter
 from typing import Any, Iterator
 from uuid import UUID
 
-import click
 import msgspec
 from eventsourcing.persistence import StoredEvent
 
-from commands.cli import Ctx, emit_json, main, pass_ctx, print_table
 from ledger.audit.invariants import check
 from ledger.audit.timeline import aggregate_class, iso
 from ledger.base import TOPICS
@@ -244,37 +241,6 @@ def verify(app: Any, backend: Any = None, projections: list[Any] | None = None) 
             "anomalies": anomalies, "projections": checks}
 
 
-@main.group()
-def events() -> None:
-    """Stored events: verify, stats, export, import."""
-
-
-@events.command("verify")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
-@click.option("--no-projections", is_flag=True, help="Only decode and replay the streams.")
-@pass_ctx
-def events_verify(c: Ctx, as_json: bool, no_projections: bool) -> None:
-    """Decode and replay every stored event, check invariants and projections; exit 1 on any anomaly."""
-    from commands.cli_views import all_projections, backend_of
-
-    backend = None if no_projections else backend_of(c)
-    report = verify(c.app, backend, None if no_projections else all_projections(c.app))
-    if as_json:
-        emit_json(report)
-    else:
-        click.echo(f"verified {report['events']} events in {report['streams']} streams "
-                   f"(head {report['head']})")
-        for a in report["anomalies"]:
-            where = f" notification {a['notification_id']}" if a.get("notification_id") else ""
-            click.echo(f"  stream {a['stream_id']} version {a['version']}{where}: [{a['check']}] {a['reason']}")
-        for p in report["projections"]:
-            click.echo(f"  projection {p['projection']}: {p['result']}"
-                       + (f", position {p['position']}, lag {p['lag']}, {p['rows_compared']} rows compared"
-                          if p["position"] is not None else ""))
-        click.echo("OK" if report["ok"] else f"FAILED: {len(report['anomalies'])} anomalies")
-    sys.exit(0 if report["ok"] else 1)
-
-
 # -- stats --------------------------------------------------------------------------------------------------
 
 class _Version(msgspec.Struct):
@@ -305,20 +271,6 @@ def stats(app: Any) -> list[dict[str, Any]]:
     return rows
 
 
-@events.command("stats")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
-@pass_ctx
-def events_stats(c: Ctx, as_json: bool) -> None:
-    """Stored events per topic and stored class version (and the code's class version)."""
-    rows = stats(c.app)
-    if as_json:
-        for r in rows:
-            emit_json(r)
-        return
-    print_table(rows, ("topic", "class_version", "count", "code_class_version", "known"))
-    click.echo(f"total {sum(r['count'] for r in rows)}")
-
-
 # -- export / import ----------------------------------------------------------------------------------------
 
 def export_lines(app: Any, since: int = 0) -> Iterator[bytes]:
@@ -343,19 +295,6 @@ def export_lines(app: Any, since: int = 0) -> Iterator[bytes]:
         else:
             line["b64"] = base64.b64encode(data).decode("ascii")
         yield enc.encode(line)
-
-
-@events.command("export")
-@click.option("--since", type=int, default=0, show_default=True, help="Only events after this notification id.")
-@click.option("--output", "-o", type=click.File("wb"), default="-", help="File to write (default stdout).")
-@pass_ctx
-def events_export(c: Ctx, since: int, output: Any) -> None:
-    """Write the stored events as JSON lines (a header line first), in notification order."""
-    n = -1
-    for line in export_lines(c.app, since):
-        output.write(line + b"\n")
-        n += 1
-    click.echo(f"exported {n} events", err=True)
 
 
 class _Line(msgspec.Struct, forbid_unknown_fields=True):
@@ -420,12 +359,3 @@ def _insert(app: Any, stored: list[StoredEvent]) -> int:
         raise LedgerError("invalid_export", f"events clash with recorded ones near stream {first.originator_id} "
                                             f"version {first.originator_version}: {e}") from None
     return len(stored)
-
-
-@events.command("import")
-@click.argument("file", type=click.File("rb"))
-@pass_ctx
-def events_import(c: Ctx, file: Any) -> None:
-    """Record an export (FILE or - for stdin) into an empty database."""
-    n = import_lines(c.app, file)
-    click.echo(f"imported {n} events")

@@ -1,50 +1,20 @@
 """CLI commands of the catalog (CONTRACT §5 ``models``, ``resolve-model``) and human forms of the catalog
-and deployment commands. Imported at the bottom of ``commands.cli``, registers on its ``main`` group."""
+and deployment commands."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import click
-import msgspec
 
-from commands.catalog import catalog_of, deployment_of, owners_of
-from commands.cli import Ctx, emit_json, json_flag, key_opt, actor_opt, main, parse_uuid, pass_ctx, print_table
+from commands import views
+from commands.cli.context import Ctx, actor_opt, caught_up, emit_json, json_flag, key_opt, parse_uuid, pass_ctx, print_table
 from commands.handler import command_from_dict, execute
-from commands.queries import load_chat
-from commands.uow import UnitOfWork
-from ledger.catalog.resolve import ChatModelFacts, resolve_model
-from ledger.catalog.state import DEPLOYMENT_ID
+from commands.queries import resolve_chat_model
 from ledger.catalog.values import ADMIN_CONTEXTS, CONTEXTS, EFFORT_SCALE, USER_CONTEXTS
-from ledger.catalog.views import models_view
 
 
-# -- reading ---------------------------------------------------------------------------------------------
-
-def models_from_view(c: Ctx, org_id: Any, user_id: Any) -> dict[str, Any]:
-    """The ``models`` shape read from the org_models view (caught up first). A user the view has no row
-    for (neither a member nor with overrides) is computed on demand from the current catalog."""
-    from commands.cli_views import caught_up
-    from projections.org_models import view_row
-
-    backend = caught_up(c, ("org_models",))
-    with backend.reading("org_models") as r:
-        orgs = r.query("organizations", where={"organization_id": str(org_id)})
-        mine = r.query("users", where={"organization_id": str(org_id), "user_id": str(user_id)}) if user_id else []
-    if not orgs:
-        return models_view(org_id, None, deployment_of(c.app.load_cached(DEPLOYMENT_ID, copy=False)), user_id)
-    view = view_row(orgs[0])
-    if user_id is not None:
-        if mine:
-            view["personal_overrides"], view["effective"] = mine[0]["personal_overrides"], mine[0]["effective"]
-        else:
-            live = models_view(org_id, catalog_of(c.app.load_cached(org_id, copy=False)),
-                               deployment_of(c.app.load_cached(DEPLOYMENT_ID, copy=False)), user_id)
-            view["personal_overrides"], view["effective"] = live["personal_overrides"], live["effective"]
-    return view
-
-
-@main.command()
+@click.command()
 @click.option("--org", required=True, help="Organization UUID.")
 @click.option("--user", default=None, help="Add this user's personal overrides and effective models.")
 @json_flag
@@ -53,7 +23,7 @@ def models(c: Ctx, org: str, user: str | None, as_json: bool) -> None:
     """The organization's model view: configs, default, admin overrides, members (and a user's view)."""
     org_id = parse_uuid(org, "organization id")
     user_id = parse_uuid(user, "user id") if user else None
-    view = models_from_view(c, org_id, user_id)
+    view = views.organization_models(c.app, caught_up(c, ("org_models",)), org_id, user_id)
     if as_json:
         emit_json(view)
         return
@@ -80,7 +50,7 @@ def models(c: Ctx, org: str, user: str | None, as_json: bool) -> None:
             click.echo(f"  {ctx:<17} {detail}")
 
 
-@main.command("resolve-model")
+@click.command("resolve-model")
 @click.argument("chat_id")
 @click.option("--context", type=click.Choice(list(CONTEXTS)), default="root", show_default=True,
               help="What the model is for: the chat's turns (root), a subagent, title, compaction, advisor.")
@@ -89,22 +59,7 @@ def models(c: Ctx, org: str, user: str | None, as_json: bool) -> None:
 @pass_ctx
 def resolve_model_cmd(c: Ctx, chat_id: str, context: str, user: str | None, as_json: bool) -> None:
     """The model a chat's generation would run on now, and why. Records nothing."""
-    chat = load_chat(c.app, parse_uuid(chat_id)).state
-    uow = UnitOfWork(c.app)
-    catalog = catalog_of(uow.read(chat.organization_id))
-    ids = [chat.model_config_id]
-    if catalog is not None:
-        ids += [o.model_config_id for o in catalog.admin_overrides.values()]
-    resolved = resolve_model(
-        context,  # type: ignore[arg-type]
-        ChatModelFacts(organization_id=chat.organization_id, owner_id=chat.owner_id,
-                       model_config_id=chat.model_config_id),
-        catalog, deployment_of(uow.read(DEPLOYMENT_ID)), parse_uuid(user, "user id") if user else None,
-        owners_of(uow, catalog, ids))
-    row = {"chat_id": str(chat.chat_id), **msgspec.to_builtins(resolved)}
-    row.setdefault("reason", None)
-    row.setdefault("requested_model_config_id", None)
-    row.setdefault("reasoning_effort", None)
+    row = resolve_chat_model(c.app, parse_uuid(chat_id), context, parse_uuid(user, "user id") if user else None)
     if as_json:
         emit_json(row)
         return
@@ -140,7 +95,7 @@ def run_catalog_command(c: Ctx, command: dict[str, Any], as_json: bool) -> None:
         click.echo(f"  default {ch['previous_model_config_id'] or '-'} -> {ch['model_config_id'] or '-'} ({ch['reason']})")
 
 
-@main.group()
+@click.group()
 def catalog() -> None:
     """Human forms of the catalog commands (apply takes the same commands as JSON)."""
 
@@ -223,7 +178,7 @@ _catalog_command("user-override", "set_user_model_override", "Set a user's perso
                  click.option("--model-config", "model_config_id", default=None), _effort)
 
 
-@main.group()
+@click.group()
 def deployment() -> None:
     """Deployment-wide settings."""
 

@@ -8,18 +8,16 @@ from typing import Any
 
 import click
 
-from commands.cli import Ctx, emit_json, main, parse_uuid, pass_ctx, print_table
-from commands.cli_views import caught_up
+from commands import views
+from commands.cli.context import Ctx, caught_up, emit_json, parse_uuid, pass_ctx, print_rows
 from commands.conversation import show_conversation
 from commands.handler import command_from_dict, execute
-from ledger.chat.views import json_row
-from ledger.errors import LedgerError
 
 VIEW_COLUMNS = ("conversation_id", "status", "restartable", "box_count", "current_job", "pending_steer",
                 "last_sequence", "version")
 
 
-@main.group()
+@click.group()
 def conversation() -> None:
     """Codex-style conversations: boxes, rounds, stages, steering, stall and restart, recovery."""
 
@@ -145,21 +143,10 @@ def complete(c: Ctx, conversation_id: str, job: int, text: str, as_json: bool, i
 @pass_ctx
 def status(c: Ctx, conversation_id: str | None, status_filter: str | None, as_json: bool) -> None:
     """The conversations view: status Running/Quiet/Stalled, restartable, boxes, job, steer, sequence."""
-    where: dict[str, Any] = {}
-    if conversation_id:
-        where["conversation_id"] = str(parse_uuid(conversation_id, "conversation id"))
-    if status_filter:
-        where["status"] = status_filter
-    backend = caught_up(c, ("conversations",))
-    rows = [json_row(r) for r in backend.query("conversations", "conversations", where=where or None,
-                                               order_by=["updated_at", "conversation_id"])]
-    if conversation_id and not rows:
-        raise LedgerError("conversation_not_found", "conversation not found")
-    if as_json:
-        for r in rows:
-            emit_json(r)
-    else:
-        print_table(rows, VIEW_COLUMNS)
+    rows = views.conversations(caught_up(c, ("conversations",)),
+                               parse_uuid(conversation_id, "conversation id") if conversation_id else None,
+                               status_filter)
+    print_rows(rows, as_json, VIEW_COLUMNS)
 
 
 @conversation.command("show")

@@ -1,45 +1,20 @@
-"""``chat-ledger audit`` and ``chat-ledger explain`` (by replay of the recorded events), and the
-``events`` group (``commands/events_io.py``)."""
+"""``chat-ledger audit`` and ``chat-ledger explain``: a stream's timeline and the explanation of a tool call,
+queued prompt or turn, by replay of the recorded events (``ledger.audit``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from uuid import UUID
 
 import click
 
-from commands import events_io as _events_io  # noqa: F401  (registers ``events``)
-from commands.cli import Ctx, emit_json, main, parse_uuid, pass_ctx
+from commands.cli.context import Ctx, emit_json, parse_uuid, pass_ctx
+from commands.queries import chat_events, cut_version, stream_events
 from ledger.audit.explain import explain_queued, explain_tool_call, explain_turn
-from ledger.audit.timeline import iso, parse_time, timeline, version_as_of
-from ledger.errors import LedgerError
+from ledger.audit.timeline import timeline
 
 
-def stream_events(app: Any, stream_id: UUID) -> list[Any]:
-    events = app.stream(stream_id)
-    if not events:
-        raise LedgerError("stream_not_found", f"no events recorded for {stream_id}")
-    return events
-
-
-def cut_version(events: list[Any], at_version: int | None, as_of: str | None) -> int | None:
-    """The version ``--at`` or ``--as-of`` selects (None: the latest)."""
-    if at_version is not None and as_of is not None:
-        raise click.UsageError("use --at or --as-of, not both")
-    if as_of is not None:
-        at = parse_time(as_of)
-        version = version_as_of(events, at)
-        if version is None:
-            raise LedgerError("stream_not_found", f"{events[0].originator_id} had no events at {iso(at)} "
-                                                  f"(its first is at {iso(events[0].timestamp)})")
-        return version
-    if at_version is not None and not 1 <= at_version <= events[-1].originator_version:
-        raise LedgerError("version_not_found", f"version {at_version} is not in 1..{events[-1].originator_version}")
-    return at_version
-
-
-@main.command()
+@click.command()
 @click.argument("stream_id")
 @click.option("--at", "at_version", type=int, default=None, help="Stop at this stream version.")
 @click.option("--as-of", "as_of", default=None, metavar="TIME",
@@ -51,6 +26,8 @@ def cut_version(events: list[Any], at_version: int | None, as_of: str | None) ->
 def audit(c: Ctx, stream_id: str, at_version: int | None, as_of: str | None, as_json: bool,
           html_file: str | None) -> None:
     """Timeline of a chat, catalog or conversation: each event, a summary and the state after it."""
+    if at_version is not None and as_of is not None:
+        raise click.UsageError("use --at or --as-of, not both")
     sid = parse_uuid(stream_id, "stream id")
     events = stream_events(c.app, sid)
     upto = cut_version(events, at_version, as_of)
@@ -83,7 +60,7 @@ def _state_line(kind: str, s: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in s.items())
 
 
-@main.command()
+@click.command()
 @click.argument("chat_id")
 @click.option("--tool-call", "tool_call", default=None, metavar="ID",
               help="A tool call: its provider id (e.g. call_1) or its execution UUID.")
@@ -99,9 +76,7 @@ def explain(c: Ctx, chat_id: str, tool_call: str | None, queued_message: int | N
     if len(chosen) != 1:
         raise click.UsageError("give exactly one of --tool-call, --queued-message, --turn")
     cid = parse_uuid(chat_id)
-    events = c.app.stream(cid)
-    if not events or type(events[0]).__name__ != "ChatCreated":
-        raise LedgerError("chat_not_found", "chat not found")
+    events = chat_events(c.app, cid)
     if tool_call is not None:
         data = explain_tool_call(events, tool_call, lambda eid: c.app.stream(eid))
     elif queued_message is not None:
@@ -113,13 +88,3 @@ def explain(c: Ctx, chat_id: str, tool_call: str | None, queued_message: int | N
         return
     for line in data["explanation"]:
         click.echo(line)
-
-
-def chat_version_as_of(app: Any, chat_id: UUID, at_version: int | None, as_of: str) -> int:
-    """``show CHAT --as-of TIME``: the chat's stream version at TIME."""
-    events = app.stream(chat_id)
-    if not events or type(events[0]).__name__ != "ChatCreated":
-        raise LedgerError("chat_not_found", "chat not found")
-    version = cut_version(events, at_version, as_of)
-    assert version is not None
-    return version

@@ -1,4 +1,4 @@
-"""``chat-ledger next-action CHAT``: what the worker would do next for a chat, and why.
+"""What the worker would do next for a chat, and why (``chat-ledger next-action CHAT``; the simulator acts on it).
 
 Runs the pure generation decision (``ledger.policy.generation.next_action``) on the chat as recorded, with
 the settings ``ledger.policy.settings.generation_settings`` takes from the model catalog and the
@@ -12,12 +12,11 @@ retry decision a retryable failure of that attempt would get (``--retry-after`` 
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
-import click
 import msgspec
 
 from commands.catalog import catalog_of, deployment_of
-from commands.cli import emit_json, main, parse_uuid, pass_ctx
 from commands.toolcalls import load_execution
 from ledger.base import fast_project
 from ledger.catalog.aggregate import ModelConfigClaim
@@ -31,6 +30,7 @@ from ledger.policy.generation import MAX_STEPS, GenerationSettings, NextAction, 
 from ledger.policy.retry import retry_decision
 from ledger.policy.settings import generation_settings
 from ledger.policy.tools import ADVISOR
+
 
 def catalog_facts(app: Any, state: ChatState) -> tuple[Any, Any, dict[Any, Any]]:
     """The chat organization's catalog, the deployment and the owner of the chat's model when the catalog
@@ -128,73 +128,7 @@ def next_action_report(app: Any, chat_id: Any, *, retry_after: float | None = No
 def _execution_status(app: Any, execution_id: str | None) -> dict[str, Any] | None:
     if execution_id is None:
         return None
-    agg = load_execution(app, parse_uuid(execution_id, "execution id"))
+    agg = load_execution(app, UUID(execution_id))
     if agg is None:
         return {"status": "unclaimed", "claim_epoch": 0}
     return {"status": agg.state.status, "claim_epoch": agg.state.claim_epoch}
-
-
-@main.command("next-action")
-@click.argument("chat_id")
-@click.option("--retry-after", type=float, default=None, metavar="SECONDS",
-              help="The provider's retry-after hint for the retry decision.")
-@click.option("--threshold", type=click.IntRange(0, 100), default=None, help="Compaction threshold percent.")
-@click.option("--context-limit", type=click.IntRange(min=0), default=None, help="The model's context limit (tokens).")
-@click.option("--max-steps", type=click.IntRange(min=0), default=None, help="Steps per turn (0 = unlimited).")
-@click.option("--stop-after", multiple=True, metavar="TOOL", help="A stop-after tool name (repeat).")
-@click.option("--at", "version", type=click.IntRange(min=1), default=None, metavar="VERSION",
-              help="Decide on the chat as it was at this stream version.")
-@click.option("--json", "as_json", is_flag=True, help="Print the decision as JSON.")
-@pass_ctx
-def next_action_cmd(c: Any, chat_id: str, retry_after: float | None, threshold: int | None,
-                    context_limit: int | None, max_steps: int | None, stop_after: tuple[str, ...],
-                    version: int | None, as_json: bool) -> None:
-    """What the worker does next for a chat: action, finish reason, calls, tool policy, advisor, retry."""
-    report = next_action_report(c.app, parse_uuid(chat_id), retry_after=retry_after, version=version,
-                                threshold=threshold,
-                                context_limit=context_limit, max_steps=max_steps, stop_after=stop_after)
-    if as_json:
-        emit_json(report)
-        return
-    _print_report(report)
-
-
-def _print_report(r: dict[str, Any]) -> None:
-    click.echo(f"chat {r['chat_id']}  {r['execution_state']} (status {r['status']})"
-               + ("" if r["runnable"] else "  [not running: the worker decides only for running chats]"))
-    line = f"next action: {r['action']}"
-    if r["finish_reason"]:
-        line += f" ({r['finish_reason']})"
-    if r["forced"]:
-        line += " (manual request)"
-    click.echo(line)
-    for label, calls in (("call", r["calls"]), ("pending dynamic", r["pending_dynamic"])):
-        for call in calls:
-            ex = call["execution"]
-            state = f"{ex['status']}, claim epoch {ex['claim_epoch']}" if ex else "no execution id"
-            click.echo(f"  {label} {call['tool_call_id']} {call['tool_name']} ({call['kind']}) [{state}]")
-    if r["policy_results"]:
-        click.echo("  exclusive-tool rule: the batch does not run; each call gets an error result:")
-        for p in r["policy_results"]:
-            click.echo(f"    {p['tool_call_id']}: {p['result']}")
-    if r["error"]:
-        click.echo(f"  error ({r['error']['kind']}): {r['error']['message']}")
-    allowed = r["allowed_tools"]
-    click.echo(f"allowed tools: {'any' if allowed is None else ', '.join(allowed) or '(none)'}")
-    a = r["advisor"]
-    advisor = "eligible" if a["eligible"] else f"not eligible ({a['reason']})"
-    click.echo(f"advisor: {advisor}; uses this turn {a['uses_this_turn']}/{a['max_uses_per_turn']}, "
-               f"remaining {a['remaining_uses']}")
-    cp = r["compaction"]
-    pct = f"{cp['usage_percent']:.1f}%" if cp["usage_percent"] is not None else "unknown"
-    click.echo(f"compaction: {cp['status']} (context {cp['context_tokens']} of {cp['context_limit'] or 'unknown'} "
-               f"tokens = {pct}; threshold {cp['threshold_percent']}%)")
-    click.echo(f"steps this turn: {r['step_count']} of {r['max_steps'] or 'unlimited'}")
-    retry = r["retry"]
-    if retry is not None:
-        verdict = f"retry after {retry['delay']:g}s" if retry["retry"] else "no retry (finish with error)"
-        click.echo(f"retry after a retryable failure of attempt {retry['attempt']}: {verdict}")
-    m = r["settings"].get("model")
-    model = f"; model {m['model_config_id']} ({m['source']}{', ' + m['reason'] if m['reason'] else ''})" if m else ""
-    note = f" ({r['settings_note']})" if r["settings_note"] else ""
-    click.echo(f"settings: {r['settings_source']}{note}{model}")

@@ -1,0 +1,137 @@
+"""The bottom of the CLI: what every command module shares (the ledger it opened, output, options).
+
+Every CLI module imports this one and nothing else of the CLI; ``commands.cli.main`` imports the modules and
+registers their commands on the ``main`` group. Output for people by default; ``--json`` prints compact JSON,
+one object per line. Errors from the ledger print ``error: <code>: <message>`` on stderr and exit 1; usage
+errors exit 2 (click's rule).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator
+from uuid import UUID
+
+import click
+import msgspec
+
+from ledger.errors import LedgerError
+from ledger.store import open_app, resolve_url
+
+_json = msgspec.json.Encoder()
+
+#: notifications behind before a progress bar is worth showing
+PROGRESS_THRESHOLD = 2000
+
+STATUS_COLUMNS = ("chat_id", "execution_state", "status", "queue_length", "message_count", "version", "title")
+
+
+def emit_json(obj: Any) -> None:
+    click.echo(_json.encode(obj).decode())
+
+
+class Ctx:
+    """The ledger and the views' backend a command works on, opened on first use, closed with the command."""
+
+    def __init__(self, db: str | None) -> None:
+        self.url = resolve_url(db)
+        self._app: Any = None
+        self._backend: Any = None
+
+    @property
+    def app(self) -> Any:
+        if self._app is None:
+            self._app = open_app(self.url)
+        return self._app
+
+    @property
+    def backend(self) -> Any:
+        if self._backend is None:
+            from projections import open_backend
+
+            self._backend = open_backend(self.url)
+        return self._backend
+
+    def close(self) -> None:
+        if self._backend is not None:
+            self._backend.close()
+            self._backend = None
+        if self._app is not None:
+            self._app.close()
+            self._app = None
+
+
+pass_ctx = click.make_pass_decorator(Ctx)
+
+json_flag = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+key_opt = click.option("--idempotency-key", default=None, help="Repeat-safe key for this command.")
+actor_opt = click.option("--actor", default=None, help="Who asks (a UUID); recorded.")
+
+
+def parse_uuid(value: str, what: str = "chat id") -> UUID:
+    try:
+        return UUID(value)
+    except ValueError:
+        raise LedgerError("invalid_command", f"invalid {what}: {value!r}") from None
+
+
+def print_table(rows: list[dict[str, Any]], columns: Iterable[str]) -> None:
+    columns = list(columns)
+    if not rows:
+        click.echo("(none)")
+        return
+    cells = [[_cell(r.get(col)) for col in columns] for r in rows]
+    widths = [max(len(col), *(len(row[i]) for row in cells)) for i, col in enumerate(columns)]
+    click.echo("  ".join(col.ljust(w) for col, w in zip(columns, widths)).rstrip())
+    for row in cells:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, (list, dict)):
+        return json.dumps(v)
+    text = str(v)
+    return text if len(text) <= 48 else text[:47] + "…"
+
+
+def print_rows(rows: list[dict[str, Any]], as_json: bool, columns: Iterable[str]) -> None:
+    """A listing: JSON Lines with ``--json``, else a table of ``columns``."""
+    if as_json:
+        for r in rows:
+            emit_json(r)
+    else:
+        print_table(rows, columns)
+
+
+@contextmanager
+def progress_bar(label: str, lag: int) -> Iterator[Callable[[int, int], None] | None]:
+    """A ``progress(done, total)`` callback drawing a bar on a terminal when there is more than a moment's
+    work (None otherwise: piped output stays quiet)."""
+    if lag < PROGRESS_THRESHOLD or not sys.stderr.isatty():
+        yield None
+        return
+    with click.progressbar(length=lag, label=label, file=sys.stderr) as bar:
+        done = [0]
+
+        def update(n: int, total: int) -> None:
+            if n > done[0]:
+                bar.update(n - done[0])
+                done[0] = n
+
+        yield update
+
+
+def caught_up(c: Ctx, names: tuple[str, ...] | None = None) -> Any:
+    """The backend with the named projections (default: all) caught up to the head of the log, with a progress
+    bar on a terminal."""
+    from commands import views
+
+    app, backend = c.app, c.backend
+    for projection in views.selected(app, names):
+        with progress_bar(f"catching up {projection.name}", views.lag(app, projection, backend)) as progress:
+            views.catch_up_one(app, projection, backend, progress=progress)
+    return backend

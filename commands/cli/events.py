@@ -1,0 +1,75 @@
+"""``chat-ledger events verify|stats|export|import`` (``commands.eventlog`` does the work)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from commands import views
+from commands.cli.context import Ctx, emit_json, pass_ctx, print_rows
+from commands.eventlog import export_lines, import_lines, stats, verify
+
+
+@click.group()
+def events() -> None:
+    """Stored events: verify, stats, export, import."""
+
+
+@events.command("verify")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+@click.option("--no-projections", is_flag=True, help="Only decode and replay the streams.")
+@pass_ctx
+def events_verify(c: Ctx, as_json: bool, no_projections: bool) -> None:
+    """Decode and replay every stored event, check invariants and projections; exit 1 on any anomaly."""
+    backend = None if no_projections else c.backend
+    report = verify(c.app, backend, None if no_projections else views.all_projections(c.app))
+    if as_json:
+        emit_json(report)
+    else:
+        click.echo(f"verified {report['events']} events in {report['streams']} streams "
+                   f"(head {report['head']})")
+        for a in report["anomalies"]:
+            where = f" notification {a['notification_id']}" if a.get("notification_id") else ""
+            click.echo(f"  stream {a['stream_id']} version {a['version']}{where}: [{a['check']}] {a['reason']}")
+        for p in report["projections"]:
+            click.echo(f"  projection {p['projection']}: {p['result']}"
+                       + (f", position {p['position']}, lag {p['lag']}, {p['rows_compared']} rows compared"
+                          if p["position"] is not None else ""))
+        click.echo("OK" if report["ok"] else f"FAILED: {len(report['anomalies'])} anomalies")
+    sys.exit(0 if report["ok"] else 1)
+
+
+@events.command("stats")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@pass_ctx
+def events_stats(c: Ctx, as_json: bool) -> None:
+    """Stored events per topic and stored class version (and the code's class version)."""
+    rows = stats(c.app)
+    print_rows(rows, as_json, ("topic", "class_version", "count", "code_class_version", "known"))
+    if as_json:
+        return
+    click.echo(f"total {sum(r['count'] for r in rows)}")
+
+
+@events.command("export")
+@click.option("--since", type=int, default=0, show_default=True, help="Only events after this notification id.")
+@click.option("--output", "-o", type=click.File("wb"), default="-", help="File to write (default stdout).")
+@pass_ctx
+def events_export(c: Ctx, since: int, output: Any) -> None:
+    """Write the stored events as JSON lines (a header line first), in notification order."""
+    n = -1
+    for line in export_lines(c.app, since):
+        output.write(line + b"\n")
+        n += 1
+    click.echo(f"exported {n} events", err=True)
+
+
+@events.command("import")
+@click.argument("file", type=click.File("rb"))
+@pass_ctx
+def events_import(c: Ctx, file: Any) -> None:
+    """Record an export (FILE or - for stdin) into an empty database."""
+    n = import_lines(c.app, file)
+    click.echo(f"imported {n} events")

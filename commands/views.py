@@ -1,0 +1,130 @@
+"""The read side of the service layer: the projections the ledger keeps and the queries on their views.
+
+Every query catches up the views it reads first (``catch_up_one``), so a reader always sees what has been
+recorded. The entry points (CLI, HTTP) call these and only format what they return.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ledger.catalog.state import DEPLOYMENT_ID
+from ledger.catalog.views import models_view
+from ledger.chat.views import json_row
+from ledger.errors import LedgerError
+from projections import ProjectionError, catch_up
+
+Progress = Callable[[int, int], None] | None
+
+UNRESOLVED_COLUMNS = ("chat_id", "assistant_message_id", "tool_call_id", "tool_name", "kind", "execution_id", "args",
+                      "since")
+
+
+def all_projections(app: Any) -> list[Any]:
+    from projections.chats import chat_projections
+    from projections.conversations import conversation_projections
+    from projections.org_models import org_model_projections
+
+    return chat_projections(app) + conversation_projections(app) + org_model_projections(app)
+
+
+def selected(app: Any, names: tuple[str, ...] | None = None) -> list[Any]:
+    """The projections named (default: all), in their registration order."""
+    return [p for p in all_projections(app) if names is None or p.name in names]
+
+
+def lag(app: Any, projection: Any, backend: Any) -> int:
+    """Events the projection's live build is behind the head of the log."""
+    version = backend.live_version(projection.name) or projection.version
+    return app.head() - (backend.position(projection.name, version) or 0)
+
+
+def catch_up_one(app: Any, projection: Any, backend: Any, batch_size: int = 500, progress: Progress = None) -> int:
+    """Catch one projection up to the head; a projection that fails is ``projection_error``."""
+    try:
+        return catch_up(app, projection, backend, batch_size=batch_size, progress=progress)
+    except ProjectionError as e:
+        raise LedgerError("projection_error", str(e)) from e
+
+
+def catch_up_views(app: Any, backend: Any, names: tuple[str, ...] | None = None) -> Any:
+    for projection in selected(app, names):
+        catch_up_one(app, projection, backend)
+    return backend
+
+
+def query(backend: Any, name: str, table: str, where: dict[str, Any] | None = None,
+          order_by: Any = None) -> list[dict[str, Any]]:
+    """Rows of a (caught-up) view's table, as JSON values."""
+    return [json_row(r) for r in backend.query(name, table, where=where or None, order_by=order_by)]
+
+
+def chat_status(backend: Any, chat_id: Any = None, org: Any = None, status: str | None = None) -> list[dict[str, Any]]:
+    """The chat_status view: one chat (``chat_not_found`` if unknown) or every chat, filtered."""
+    where: dict[str, Any] = {}
+    if chat_id is not None:
+        where["chat_id"] = str(chat_id)
+    if org is not None:
+        where["organization_id"] = str(org)
+    if status:
+        where["status"] = status
+    rows = query(backend, "chat_views", "chat_status", where, order_by=["updated_at", "chat_id"])
+    if chat_id is not None and not rows:
+        raise LedgerError("chat_not_found", "chat not found")
+    return rows
+
+
+def unresolved(backend: Any, chat_id: Any = None, org: Any = None) -> list[dict[str, Any]]:
+    """Unresolved tool calls of each chat's latest assistant message (the unresolved_tool_calls view)."""
+    where: dict[str, Any] = {}
+    if chat_id is not None:
+        where["chat_id"] = str(chat_id)
+    if org is not None:
+        chats = query(backend, "chat_views", "chat_status", {"organization_id": str(org)})
+        where["chat_id"] = [r["chat_id"] for r in chats]
+        if not where["chat_id"]:
+            return []
+    rows = query(backend, "chat_views", "unresolved_tool_calls", where,
+                 order_by=["chat_id", "assistant_message_id", "since"])
+    return [{k: r[k] for k in UNRESOLVED_COLUMNS} for r in rows]
+
+
+def chat_queue(backend: Any, chat_id: Any) -> list[dict[str, Any]]:
+    """Queued prompts of a chat, head first (the chat_queue view)."""
+    return query(backend, "chat_views", "chat_queue", {"chat_id": str(chat_id)},
+                 order_by=["position", "queued_message_id"])
+
+
+def conversations(backend: Any, conversation_id: Any = None, status: str | None = None) -> list[dict[str, Any]]:
+    """The conversations view (``conversation_not_found`` for an unknown id)."""
+    where: dict[str, Any] = {}
+    if conversation_id is not None:
+        where["conversation_id"] = str(conversation_id)
+    if status:
+        where["status"] = status
+    rows = query(backend, "conversations", "conversations", where, order_by=["updated_at", "conversation_id"])
+    if conversation_id is not None and not rows:
+        raise LedgerError("conversation_not_found", "conversation not found")
+    return rows
+
+
+def organization_models(app: Any, backend: Any, org_id: Any, user_id: Any = None) -> dict[str, Any]:
+    """The ``models`` shape read from the org_models view (caught up by the caller). A user the view has no
+    row for (neither a member nor with overrides) is computed on demand from the current catalog."""
+    from commands.catalog import catalog_of, deployment_of
+    from projections.org_models import view_row
+
+    with backend.reading("org_models") as r:
+        orgs = r.query("organizations", where={"organization_id": str(org_id)})
+        mine = r.query("users", where={"organization_id": str(org_id), "user_id": str(user_id)}) if user_id else []
+    deployment = deployment_of(app.load_cached(DEPLOYMENT_ID, copy=False))
+    if not orgs:
+        return models_view(org_id, None, deployment, user_id)
+    view = view_row(orgs[0])
+    if user_id is not None:
+        if mine:
+            view["personal_overrides"], view["effective"] = mine[0]["personal_overrides"], mine[0]["effective"]
+        else:
+            live = models_view(org_id, catalog_of(app.load_cached(org_id, copy=False)), deployment, user_id)
+            view["personal_overrides"], view["effective"] = live["personal_overrides"], live["effective"]
+    return view
