@@ -43,6 +43,15 @@ def raw_payload(app: Any, state: bytes) -> bytes:
     return state
 
 
+def logged_event(app: Any, n: Any) -> dict[str, Any]:
+    """One notification as the API shows it: ids, topic, type, time and the payload's fields as JSON values."""
+    event = app.mapper.to_domain_event(n)
+    data = msgspec.to_builtins({k: v for k, v in vars(event).items()
+                                if k not in ("originator_id", "originator_version", "timestamp")})
+    return {"notification_id": n.id, "stream_id": str(_uuid(n.originator_id)), "version": n.originator_version,
+            "topic": n.topic, "type": type(event).__name__, "timestamp": iso(event.timestamp), "data": data}
+
+
 def iter_notifications(app: Any, start: int = 0, stop: int | None = None) -> Iterator[Any]:
     while True:
         notes = app.notifications(start, PAGE, stop=stop)

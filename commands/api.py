@@ -1,0 +1,205 @@
+"""The Python API: open a ledger by URL, execute commands, query the views, read history, follow the log.
+
+``Ledger`` is a small facade over the service layer (the same functions the CLI and the HTTP service call);
+it adds no rule of its own. Documented in ``docs/library.md``::
+
+    from commands.api import Ledger
+
+    with Ledger.open("sqlite:///chat-ledger.db") as ledger:
+        result = ledger.execute({"type": "set_title", "chat_id": "...", "title": "Build fix"})
+        rows = ledger.status(org="8a6f4d2e-1b3c-4d5e-8f70-000000000001")
+
+A refused command raises ``LedgerError`` (``code``, ``message``; CONTRACT §4); ``execute_many`` instead returns
+one result per command, as ``chat-ledger apply`` prints them.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Iterable, Iterator, Mapping
+from uuid import UUID
+
+import msgspec
+
+from commands import queries, views
+from commands.base import Command
+from commands.handler import apply_lines, decode_command, execute
+from ledger.errors import LedgerError
+from ledger.store import ChatLedgerApp, open_app, resolve_url
+
+__all__ = ["Ledger", "LedgerError", "LoggedEvent"]
+
+CommandInput = Mapping[str, Any] | Command | str | bytes
+
+
+class LoggedEvent(msgspec.Struct, frozen=True):
+    """One recorded event as the log holds it: its place in the global order and in its stream, its topic,
+    its time and its payload (the event's fields as JSON values)."""
+
+    notification_id: int
+    stream_id: str
+    version: int
+    topic: str
+    type: str
+    timestamp: str | None
+    data: dict[str, Any]
+
+
+def _uuid(value: Any, what: str) -> UUID | None:
+    if value is None or isinstance(value, UUID):
+        return value
+    try:
+        return UUID(str(value))
+    except ValueError:
+        raise LedgerError("invalid_command", f"invalid {what}: {value!r}") from None
+
+
+def _command(command: CommandInput) -> Command:
+    if isinstance(command, Command):
+        return command
+    if isinstance(command, (str, bytes)):
+        return decode_command(command)
+    return decode_command(msgspec.json.encode(dict(command)))
+
+
+class Ledger:
+    """An open ledger. Use ``Ledger.open(url)`` (a context manager) and ``close()`` when done.
+
+    Thread-safe as the underlying application is: commands from several threads are serialized per stream by
+    optimistic concurrency (the unit of work retries), queries read committed data.
+    """
+
+    def __init__(self, app: ChatLedgerApp, url: str) -> None:
+        self.app = app
+        self.url = url
+        self._backend: Any = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, url: str | None = None) -> Ledger:
+        """Open the ledger at ``url`` (default ``$CHAT_LEDGER_DB``, else ``sqlite:///chat-ledger.db``), creating
+        its tables if missing."""
+        url = resolve_url(url)
+        return cls(open_app(url), url)
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._backend is not None:
+            self._backend.close()
+            self._backend = None
+        self.app.close()
+
+    @property
+    def backend(self) -> Any:
+        """The views' backend (opened on first use)."""
+        with self._lock:
+            if self._backend is None:
+                from projections import open_backend
+
+                self._backend = open_backend(self.url)
+            return self._backend
+
+    # -- writing -------------------------------------------------------------------------------------------
+
+    def execute(self, command: CommandInput) -> dict[str, Any]:
+        """Run one command (a dict, a JSON text or a command Struct); its result (CONTRACT §4). A refusal
+        raises ``LedgerError`` and records nothing."""
+        return execute(self.app, _command(command))
+
+    def execute_many(self, commands: Iterable[CommandInput], stop_on_error: bool = False) -> list[dict[str, Any]]:
+        """Run commands in order; one ``{"line", "ok", "type", "result"|"error"}`` per command, as ``apply``."""
+        lines = (c.decode() if isinstance(c, bytes) else c if isinstance(c, str)
+                 else msgspec.json.encode(c if isinstance(c, Command) else dict(c)).decode() for c in commands)
+        results: list[dict[str, Any]] = []
+        apply_lines(self.app, lines, stop_on_error, out=results.append)
+        return results
+
+    # -- the views (caught up to the head of the log first) -------------------------------------------------
+
+    def _views(self, *names: str) -> Any:
+        return views.catch_up_views(self.app, self.backend, names)
+
+    def status(self, chat_id: Any = None, *, org: Any = None, status: str | None = None) -> list[dict[str, Any]]:
+        """chat_status rows (CONTRACT §5): one chat, or every chat of ``org`` / with ``status``."""
+        return views.chat_status(self._views("chat_views"), _uuid(chat_id, "chat id"),
+                                 _uuid(org, "organization id"), status)
+
+    def unresolved(self, chat_id: Any = None, *, org: Any = None) -> list[dict[str, Any]]:
+        """unresolved_tool_calls rows: the open tool calls of each chat's latest assistant message."""
+        return views.unresolved(self._views("chat_views"), _uuid(chat_id, "chat id"), _uuid(org, "organization id"))
+
+    def queue(self, chat_id: Any) -> list[dict[str, Any]]:
+        """chat_queue rows of one chat, head first."""
+        return views.chat_queue(self._views("chat_views"), _uuid(chat_id, "chat id"))
+
+    def models(self, org: Any, user: Any = None) -> dict[str, Any]:
+        """The organization's model view (with a user's overrides and effective models when given)."""
+        return views.organization_models(self.app, self._views("org_models"), _uuid(org, "organization id"),
+                                         _uuid(user, "user id"))
+
+    def conversations(self, conversation_id: Any = None, *, status: str | None = None) -> list[dict[str, Any]]:
+        """Rows of the conversations view."""
+        return views.conversations(self._views("conversations"), _uuid(conversation_id, "conversation id"), status)
+
+    # -- history (by replay) ----------------------------------------------------------------------------------
+
+    def show(self, chat_id: Any, at: int | None = None) -> dict[str, Any]:
+        """One chat as it is (or was at stream version ``at``): the status fields, every message (deleted
+        ones too), the queue and the unresolved calls (CONTRACT §5 ``show``)."""
+        from ledger.chat.views import show
+
+        cid = _uuid(chat_id, "chat id")
+        assert cid is not None
+        if at is not None:
+            queries.cut_version(queries.chat_events(self.app, cid), at, None)
+        chat = queries.load_chat(self.app, cid, version=at)
+        return show(chat.state, self.app.stream(cid, lte=chat.version))
+
+    def history(self, stream_id: Any, at: int | None = None, as_of: str | None = None) -> list[dict[str, Any]]:
+        """A stream's audit timeline: each event with its time, type, summary and the state after it, up to
+        stream version ``at`` or time ``as_of`` (ISO 8601)."""
+        from ledger.audit.timeline import timeline
+
+        sid = _uuid(stream_id, "stream id")
+        assert sid is not None
+        events = queries.stream_events(self.app, sid)
+        return timeline(events, queries.cut_version(events, at, as_of))["events"]
+
+    def next_action(self, chat_id: Any, at: int | None = None) -> dict[str, Any]:
+        """What a worker should do next for the chat (or what it should have done at version ``at``), and why."""
+        from commands.next_action import next_action_report
+
+        return next_action_report(self.app, _uuid(chat_id, "chat id"), version=at)
+
+    # -- the log ------------------------------------------------------------------------------------------
+
+    def head(self) -> int:
+        """The notification id of the last recorded event (0 for an empty ledger)."""
+        return self.app.head()
+
+    def events(self, after: int = 0, limit: int = 100) -> list[LoggedEvent]:
+        """Up to ``limit`` events recorded after notification id ``after``, in log order."""
+        from commands.eventlog import logged_event
+
+        return [LoggedEvent(**logged_event(self.app, n)) for n in self.app.notifications(after, limit)]
+
+    def subscribe(self, after: int = 0, *, stop: threading.Event | None = None, poll_interval: float = 0.5,
+                  batch: int = 100) -> Iterator[LoggedEvent]:
+        """Every event after ``after`` in log order, then each new one as it is recorded, until ``stop`` is set
+        (forever without one). Resume after a disconnect with ``after`` = the last ``notification_id`` seen:
+        nothing is lost or repeated."""
+        stop = stop or threading.Event()
+        while not stop.is_set():
+            page = self.events(after, batch)
+            for event in page:
+                yield event
+                after = event.notification_id
+                if stop.is_set():
+                    return
+            if len(page) < batch:
+                stop.wait(poll_interval)
