@@ -26,7 +26,7 @@ STATUS_KEYS = {
 MESSAGE_KEYS = {"message_id", "role", "parts", "visibility", "turn_id", "created_by", "model_config_id", "deleted",
                 "compressed", "created_at"}
 QUEUE_KEYS = {"chat_id", "queued_message_id", "position", "created_by", "text", "turn_id", "hook_prefix",
-              "hook_allowed_tools", "model_config_id"}
+              "hook_allowed_tools", "model_config_id", "reasoning_effort", "editing_since"}
 UNRESOLVED_KEYS = {"chat_id", "assistant_message_id", "tool_call_id", "tool_name", "kind", "execution_id", "args",
                    "since"}
 #: every chat command result has these (CONTRACT §4); others "as relevant" (and fields may be added)
