@@ -72,6 +72,7 @@ def status_values(s: ChatState) -> dict[str, Any]:
         "execution_state": s.execution_state,
         "archived": s.archived,
         "queue_length": len(s.queue),
+        "editing_queued_message_id": s.editing_queued_message_id,
         "last_error": to_jsonable(s.last_error) if s.last_error else None,
         "requires_action_deadline_at": s.requires_action_deadline_at,
         "compaction_requested_at": s.compaction_requested_at,

@@ -19,7 +19,8 @@ SCENARIOS = sorted((REPO / "examples" / "scenarios").glob("*.jsonl"))
 
 STATUS_KEYS = {
     "chat_id", "organization_id", "owner_id", "parent_chat_id", "root_chat_id", "title", "status",
-    "execution_state", "archived", "queue_length", "last_error", "requires_action_deadline_at",
+    "execution_state", "archived", "queue_length", "editing_queued_message_id", "last_error",
+    "requires_action_deadline_at",
     "compaction_requested_at", "hook_allowed_tools", "model_config_id", "turn_id", "generation_attempt",
     "history_version", "worker_id", "runner_id", "message_count", "version", "updated_at",
 }

@@ -183,7 +183,8 @@ def test_cli_rebuild_and_catch_up_take_a_batch_size(app: Any, backend: Any, db_u
 
 def test_the_views_show_the_row_under_edit_and_the_paused_state(app: Any, backend: Any) -> None:
     """``queue`` rows carry ``editing_since`` (and an edit's ``reasoning_effort``); ``status`` shows
-    ``paused``/P; every step is caught up in its own batch and compared with the replayed state."""
+    ``paused``/P and the prompt under edit; every step is caught up in its own batch and compared with
+    the replayed state."""
     record(app, 1, [])
     (chat_id,) = [str(c) for c in chat_ids(app)]
     p = renamed(ChatViews, app, f"e{uuid.uuid4().hex[:6]}")
@@ -200,9 +201,9 @@ def test_the_views_show_the_row_under_edit_and_the_paused_state(app: Any, backen
         assert read_build(backend, p) == replayed_rows(app)[ChatViews.name]
         (status,) = backend.query(p.name, "chat_status")
         queue = backend.query(p.name, "chat_queue", order_by=["position"])
-        seen.append((status["status"], status["execution_state"],
+        seen.append((status["status"], status["execution_state"], status["editing_queued_message_id"],
                      [(q["queued_message_id"], q["editing_since"] is not None, q["reasoning_effort"]) for q in queue]))
-    assert seen[3] == ("running", "R1P", [(1, True, None), (2, False, None)])
-    assert seen[4] == ("paused", "P", [(1, True, None), (2, False, None)])
-    assert seen[5] == ("paused", "P", [(1, True, "low"), (2, False, None)])
-    assert seen[6] == ("running", "R1", [(2, False, None)])  # the edit ended: resumed, prompt 1 promoted
+    assert seen[3] == ("running", "R1P", 1, [(1, True, None), (2, False, None)])
+    assert seen[4] == ("paused", "P", 1, [(1, True, None), (2, False, None)])
+    assert seen[5] == ("paused", "P", 1, [(1, True, "low"), (2, False, None)])
+    assert seen[6] == ("running", "R1", None, [(2, False, None)])  # the edit ended: resumed, prompt 1 promoted
