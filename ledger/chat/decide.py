@@ -49,6 +49,7 @@ from ledger.chat.values import (
     TextPart,
     ToolCallPart,
     ToolResultPart,
+    edited_prompt,
 )
 from ledger.errors import LedgerError, invalid_command, transition_not_allowed
 
@@ -581,16 +582,15 @@ def edit_queued_message(state: ChatState, em: Emitter, *, queued_message_id: int
                         reasoning_effort: str | None = None, editing: bool | None = None,
                         models: ModelFacts | None = None) -> list[Any]:
     """EditQueuedMessage (chatd-queue-editing.md §3): replace a queued prompt's content (with model and
-    reasoning-effort overrides), begin or end editing it. Checks in order: the matrix; content or editing
-    given; overrides only with content; the row exists; from P no edit may begin on another row. A
-    no-op (beginning an edit already begun, ending one not begun) records nothing."""
+    reasoning-effort overrides), begin or end editing it. Checks in order: the matrix; overrides only
+    with content (the API's check, before any edit begins); content or editing given; the row exists;
+    from P no edit may begin on another row. A no-op (beginning an edit already begun, ending one not
+    begun) records nothing."""
     st = require(state, "EditQueuedMessage")
-    if content is None and editing is None:
-        if model_config_id is not None or reasoning_effort is not None:
-            raise invalid_command("model_config_id and reasoning_effort require content.")
-        raise transition_not_allowed("EditQueuedMessage", st, "EditQueuedMessage requires content or editing")
     if content is None and (model_config_id is not None or reasoning_effort is not None):
         raise invalid_command("model_config_id and reasoning_effort require content.")
+    if content is None and editing is None:
+        raise transition_not_allowed("EditQueuedMessage", st, "EditQueuedMessage requires content or editing")
     _find_queued(state, queued_message_id)
     d = Draft(state, em, models)
     under_edit = d.editing == queued_message_id
@@ -603,10 +603,8 @@ def edit_queued_message(state: ChatState, em: Emitter, *, queued_message_id: int
             d.explicit(model_config_id)  # validated like an explicit model on a send
         em.emit(ev.QueuedPromptEdited, queued_message_id=queued_message_id, parts=list(content),
                 model_config_id=model_config_id, reasoning_effort=reasoning_effort)
-        d.queue = [msgspec.structs.replace(
-            q, parts=list(content), model_config_id=model_config_id or q.model_config_id,
-            reasoning_effort=reasoning_effort or q.reasoning_effort)
-            if q.queued_message_id == queued_message_id else q for q in d.queue]
+        d.queue = [edited_prompt(q, list(content), model_config_id, reasoning_effort)
+                   if q.queued_message_id == queued_message_id else q for q in d.queue]
     if editing is True and not under_edit:
         if d.editing is not None:
             d.end_edit(d.editing, "moved")

@@ -14,7 +14,7 @@ import msgspec
 from ledger.base import remember_idempotency_key
 from ledger.chat import events as ev
 from ledger.chat.state import ChatState, message_info
-from ledger.chat.values import Message
+from ledger.chat.values import Message, edited_prompt
 
 
 def _insert(state: ChatState, messages: list[Message], event: Any) -> None:
@@ -149,14 +149,8 @@ def _queued_moved(s: ChatState, e: ev.QueuedPromptMovedToHead) -> None:
 
 
 def _queued_edited(s: ChatState, e: ev.QueuedPromptEdited) -> None:
-    s.queue = [
-        msgspec.structs.replace(
-            q, parts=e.parts,
-            model_config_id=e.model_config_id if e.model_config_id is not None else q.model_config_id,
-            reasoning_effort=e.reasoning_effort if e.reasoning_effort is not None else q.reasoning_effort)
-        if q.queued_message_id == e.queued_message_id else q
-        for q in s.queue
-    ]
+    s.queue = [edited_prompt(q, e.parts, e.model_config_id, e.reasoning_effort)
+               if q.queued_message_id == e.queued_message_id else q for q in s.queue]
     _queue_changed(s, e)
 
 

@@ -124,5 +124,15 @@ class QueuedPrompt(msgspec.Struct, gc=False, omit_defaults=True, frozen=True, kw
     editing_since: datetime | None = None
 
 
+def edited_prompt(prompt: QueuedPrompt, parts: list[Part], model_config_id: UUID | None,
+                  reasoning_effort: str | None) -> QueuedPrompt:
+    """A queued prompt with new content: the overrides given replace its model and reasoning effort,
+    those not given keep them (chatd EditQueuedMessage)."""
+    return msgspec.structs.replace(
+        prompt, parts=parts,
+        model_config_id=model_config_id if model_config_id is not None else prompt.model_config_id,
+        reasoning_effort=reasoning_effort if reasoning_effort is not None else prompt.reasoning_effort)
+
+
 def message_text(parts: list[Part]) -> str:
     return "".join(p.text for p in parts if isinstance(p, TextPart))
