@@ -79,6 +79,7 @@ def test_editing_while_running_pauses_at_the_row_under_edit(memory_app):
             type="finish_turn", chat_id=chat_id)
     result = edit(app, chat_id, 3, editing=False)
     assert (result["execution_state"], result["promoted_queued_message_id"]) == ("R1", 3)
+    assert "editing_queued_message_id" not in result  # no prompt is under edit any more
     assert queue(app, chat_id) == [(4, False), (5, False)] and prompts(app, chat_id)[-1] == "3"
 
 
@@ -88,7 +89,8 @@ def test_an_edit_moves_between_rows_and_beginning_again_is_a_no_op(memory_app):
     chat_id = running(app, "a", "b")
     edit(app, chat_id, 2, editing=True)
     n = len(app.stream(uuid.UUID(chat_id)))
-    assert edit(app, chat_id, 1, editing=True)["execution_state"] == "R1P"
+    result = edit(app, chat_id, 1, editing=True)
+    assert (result["execution_state"], result["editing_queued_message_id"]) == ("R1P", 1)
     assert new_events(app, chat_id, n) == ["QueuedPromptEditEnded", "QueuedPromptEditBegun"]
     moved = app.stream(uuid.UUID(chat_id))[n]
     assert (moved.queued_message_id, moved.cause) == (2, "moved")
