@@ -465,7 +465,8 @@ def send_message(state: ChatState, em: Emitter, *, message: MessageInput, busy_b
 def stale_hook_prefix(state: ChatState, idx: int) -> list[int]:
     """The hook prefix inserted with the user message at index ``idx``: the active rows just before it
     that carry its turn id and were recorded by the same command (000: an edit soft-deletes them with the
-    target, or the old hook context stays in the model's context next to the new prefix)."""
+    target, or the old hook context stays in the model's context next to the new prefix). Tool rows are
+    never part of a prefix: the cancellations recorded before it stay, whatever turn id the caller gave."""
     target = state.messages[idx]
     if target.turn_id is None:
         return []
@@ -473,7 +474,7 @@ def stale_hook_prefix(state: ChatState, idx: int) -> list[int]:
     for m in reversed(state.messages[:idx]):
         if m.deleted:
             continue
-        if m.turn_id != target.turn_id or m.created_at != target.created_at:
+        if m.turn_id != target.turn_id or m.created_at != target.created_at or m.role == "tool":
             break
         ids.append(m.message_id)
     return ids[::-1]

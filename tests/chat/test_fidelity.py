@@ -189,6 +189,21 @@ def test_only_the_prefix_recorded_with_the_target_is_deleted(app):
     assert active_text(app, chat_id)[-4:] == ["[hook] A", "first", "answer one", "second, again"]
 
 
+def test_the_cancellations_recorded_with_a_prompt_are_not_its_prefix(app):
+    """A send from W cancels the open call (a tool row, in the same command) before the prefix; with the
+    caller's turn id equal to the chat's current one, the cancellation carries it too — and stays."""
+    chat_id = chat_in(app, "W")  # ``call_dyn`` still open
+    turn = str(chat_state(app, chat_id).turn_id)
+    run(app, type="send_message", chat_id=chat_id, text="go", turn_id=turn, prefix_messages=[hook("[hook] P")])
+    cancel, prefix, prompt = rows(app, chat_id)[-3:]
+    assert cancel["role"] == "tool" and cancel["turn_id"] == prefix["turn_id"] == prompt["turn_id"] == turn
+    run(app, type="edit_message", chat_id=chat_id, message_id=prompt["message_id"], text="go on")
+    edited = [e for e in events_of(app, chat_id) if isinstance(e, ev.MessageEdited)][-1]
+    assert edited.deleted_message_ids == [prefix["message_id"], prompt["message_id"]]
+    assert not any(isinstance(e, ev.ToolCallsCanceled) and e.reason == "Tool execution interrupted by message edit"
+                   for e in events_of(app, chat_id))  # call_dyn stays closed by its first cancellation
+
+
 def test_complete_requires_action_accepts_suffix_messages(app):
     chat_id = chat_in(app, "A0")
     turn = chat_state(app, chat_id).turn_id
