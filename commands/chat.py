@@ -10,7 +10,7 @@ already recorded on the chat returns the first result, rebuilt from the events t
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 from uuid import UUID, uuid4, uuid5
 
 import msgspec
@@ -20,6 +20,7 @@ from commands.catalog import load_model_facts
 from commands.uow import UnitOfWork, run
 from ledger.base import Emitter
 from ledger.catalog.resolve import ModelFacts, ModelFactsNeeded
+from ledger.catalog.values import EffortLevel
 from ledger.chat import decide as d
 from ledger.chat import events as ev
 from ledger.chat.aggregate import Chat
@@ -41,12 +42,19 @@ class _WithUserMessage(Command, kw_only=True):
     message: MessageInput | None = None
 
     def user_message(self) -> MessageInput:
+        message = self.given_message()
+        if message is None:
+            raise invalid_command("a user message is required: give text or message")
+        return message
+
+    def given_message(self) -> MessageInput | None:
+        """The message given (``text`` is shorthand for one user text part), or None."""
         if self.message is not None and self.text is not None:
             raise invalid_command("give either text or message, not both")
         if self.message is not None:
             return self.message
         if self.text is None:
-            raise invalid_command("a user message is required: give text or message")
+            return None
         return MessageInput(role="user", parts=[TextPart(text=self.text)])
 
 
@@ -59,18 +67,23 @@ class CreateChat(_WithUserMessage, tag="create_chat", kw_only=True):
     model_config_id: UUID | None = None
     hook_allowed_tools: list[str] | None = None
     dynamic_tools: list[str] = []
-    initial_status: Literal["running", "waiting"] = "running"
+    #: ``running`` or ``waiting`` (empty: running); anything else is refused by CreateChat itself
+    #: (``transition_not_allowed``, as chatd words it), not by the decoder
+    initial_status: str = "running"
     turn_id: UUID | None = None
 
 
 class SendMessage(_WithUserMessage, tag="send_message", kw_only=True):
     chat_id: UUID
     created_by: UUID | None = None
-    busy_behavior: Literal["queue", "interrupt"] = "queue"
+    #: ``queue`` or ``interrupt``; anything else is refused by SendMessage (``invalid BusyBehavior``)
+    busy_behavior: str = "queue"
     prefix_messages: list[MessageInput] = []
     hook_allowed_tools: list[str] | None = None
     model_config_id: UUID | None = None
     turn_id: UUID | None = None
+    #: the queue cap of this send (default 20), read only when the prompt is queued
+    max_queue_size: int | None = None
 
 
 class EditMessage(_WithUserMessage, tag="edit_message", kw_only=True):
@@ -79,8 +92,26 @@ class EditMessage(_WithUserMessage, tag="edit_message", kw_only=True):
     created_by: UUID | None = None
     prefix_messages: list[MessageInput] = []
     suffix_messages: list[MessageInput] = []
+    hook_allowed_tools: list[str] | None = None
     model_config_id: UUID | None = None
     turn_id: UUID | None = None
+
+
+class EditQueuedMessage(_WithUserMessage, tag="edit_queued_message", kw_only=True):
+    """Content (``text`` or ``message``) with optional model and reasoning-effort overrides, and/or
+    ``editing``: true begins an edit (the prompt is not promoted while under edit), false ends it."""
+
+    chat_id: UUID
+    queued_message_id: int
+    model_config_id: UUID | None = None
+    reasoning_effort: EffortLevel | None = None
+    editing: bool | None = None
+
+
+class ReconcileInvalidState(Command, tag="reconcile_invalid_state", kw_only=True):
+    chat_id: UUID
+    error: ChatError | None = None
+    cancellation_reason: str | None = None
 
 
 class DeleteQueuedMessage(Command, tag="delete_queued_message", kw_only=True):
@@ -102,6 +133,7 @@ class CompleteRequiresAction(Command, tag="complete_requires_action", kw_only=Tr
     chat_id: UUID
     results: list[ToolResultInput]
     created_by: UUID | None = None
+    suffix_messages: list[MessageInput] = []
 
 
 class CancelRequiresAction(Command, tag="cancel_requires_action", kw_only=True):
@@ -202,6 +234,10 @@ def chat_result(state: ChatState, events: list[Any]) -> dict[str, Any]:
             promoted = e.queued_message_id
         if getattr(e, "model_resolution", None) is not None:
             resolution = e.model_resolution
+    if queued is not None and queued == promoted:
+        # Queued and promoted by this command (an interrupting send finishing an unowned interruption
+        # with an empty queue): the prompt went into history, it is not queued (reference §3.1).
+        queued = None
     result: dict[str, Any] = {
         "chat_id": str(state.chat_id),
         "status": state.status,
@@ -222,6 +258,8 @@ def chat_result(state: ChatState, events: list[Any]) -> dict[str, Any]:
         result["model_resolution"] = msgspec.to_builtins(resolution)
     if result_family is not None:
         result["family_chat_ids"] = result_family
+    if state.editing_queued_message_id is not None:
+        result["editing_queued_message_id"] = state.editing_queued_message_id
     return result
 
 
@@ -276,7 +314,7 @@ def on_chat(app: Any, cmd: Any, decide: Callable[..., list[Any]], *, models: boo
 
 @handles(CreateChat)
 def create_chat(app: Any, cmd: CreateChat) -> dict[str, Any]:
-    message = cmd.user_message()
+    message = cmd.given_message()
     if cmd.chat_id is not None:
         chat_id = cmd.chat_id
     elif cmd.idempotency_key is not None:
@@ -296,7 +334,7 @@ def create_chat(app: Any, cmd: CreateChat) -> dict[str, Any]:
             root = _load_chat(uow, parent.state.root_chat_id)
             if root.state.archived:
                 raise LedgerError("chat_family_archived", "chat family is archived")
-        explicit = cmd.model_config_id or message.model_config_id
+        explicit = cmd.model_config_id or (message.model_config_id if message is not None else None)
         facts = load_model_facts(uow, cmd.organization_id,
                                  [explicit, parent.state.model_config_id if parent else None], deployment=True)
         events = d.create_chat(
@@ -320,7 +358,7 @@ def send_message(app: Any, cmd: SendMessage) -> dict[str, Any]:
     return on_chat(app, cmd, lambda s, em, m: d.send_message(
         s, em, message=message, busy_behavior=cmd.busy_behavior, prefix_messages=cmd.prefix_messages,
         hook_allowed_tools=cmd.hook_allowed_tools, model_config_id=cmd.model_config_id,
-        turn_id=cmd.turn_id, created_by=cmd.created_by, models=m),
+        turn_id=cmd.turn_id, created_by=cmd.created_by, max_queue_size=cmd.max_queue_size, models=m),
         models=True, explicit=cmd.model_config_id or message.model_config_id)
 
 
@@ -330,13 +368,32 @@ def edit_message(app: Any, cmd: EditMessage) -> dict[str, Any]:
     return on_chat(app, cmd, lambda s, em, m: d.edit_message(
         s, em, message_id=cmd.message_id, message=message, created_by=cmd.created_by,
         prefix_messages=cmd.prefix_messages, suffix_messages=cmd.suffix_messages,
-        model_config_id=cmd.model_config_id, turn_id=cmd.turn_id, models=m),
+        hook_allowed_tools=cmd.hook_allowed_tools, model_config_id=cmd.model_config_id, turn_id=cmd.turn_id,
+        models=m),
         models=True, explicit=cmd.model_config_id or message.model_config_id)
+
+
+@handles(EditQueuedMessage)
+def edit_queued_message(app: Any, cmd: EditQueuedMessage) -> dict[str, Any]:
+    message = cmd.given_message()
+    if message is not None and message.role != "user":
+        raise invalid_command("a queued prompt is a user message")
+    return on_chat(app, cmd, lambda s, em, m: d.edit_queued_message(
+        s, em, queued_message_id=cmd.queued_message_id, content=message.parts if message is not None else None,
+        model_config_id=cmd.model_config_id, reasoning_effort=cmd.reasoning_effort, editing=cmd.editing,
+        models=m), models=True, explicit=cmd.model_config_id)
+
+
+@handles(ReconcileInvalidState)
+def reconcile_invalid_state(app: Any, cmd: ReconcileInvalidState) -> dict[str, Any]:
+    return on_chat(app, cmd, lambda s, em: d.reconcile_invalid_state(
+        s, em, error=cmd.error, cancellation_reason=cmd.cancellation_reason))
 
 
 @handles(DeleteQueuedMessage)
 def delete_queued_message(app: Any, cmd: DeleteQueuedMessage) -> dict[str, Any]:
-    return on_chat(app, cmd, lambda s, em: d.delete_queued_message(s, em, queued_message_id=cmd.queued_message_id))
+    return on_chat(app, cmd, lambda s, em, m: d.delete_queued_message(
+        s, em, queued_message_id=cmd.queued_message_id, models=m), models=True)
 
 
 @handles(PromoteQueuedMessage)
@@ -353,7 +410,8 @@ def interrupt(app: Any, cmd: Interrupt) -> dict[str, Any]:
 @handles(CompleteRequiresAction)
 def complete_requires_action(app: Any, cmd: CompleteRequiresAction) -> dict[str, Any]:
     results = [d.ToolResult(r.tool_call_id, r.output, r.is_error) for r in cmd.results]
-    return on_chat(app, cmd, lambda s, em: d.complete_requires_action(s, em, results=results, created_by=cmd.created_by))
+    return on_chat(app, cmd, lambda s, em: d.complete_requires_action(
+        s, em, results=results, created_by=cmd.created_by, suffix_messages=cmd.suffix_messages))
 
 
 @handles(CancelRequiresAction)

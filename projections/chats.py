@@ -39,7 +39,8 @@ class ChatViews(Projection):
             Column("chat_id", TEXT), Column("organization_id", TEXT, False), Column("owner_id", TEXT, False),
             Column("parent_chat_id", TEXT), Column("root_chat_id", TEXT, False), Column("title", TEXT, False),
             Column("status", TEXT, False), Column("execution_state", TEXT, False), Column("archived", BOOLEAN, False),
-            Column("queue_length", INTEGER, False), Column("last_error", JSON),
+            Column("queue_length", INTEGER, False), Column("editing_queued_message_id", INTEGER),
+            Column("last_error", JSON),
             Column("requires_action_deadline_at", TIMESTAMP), Column("compaction_requested_at", TIMESTAMP),
             Column("hook_allowed_tools", JSON), Column("model_config_id", TEXT), Column("turn_id", TEXT),
             Column("generation_attempt", INTEGER, False), Column("history_version", BIGINT, False),
@@ -55,6 +56,7 @@ class ChatViews(Projection):
             Column("chat_id", TEXT), Column("queued_message_id", INTEGER), Column("position", BIGINT, False),
             Column("created_by", TEXT, False), Column("text", TEXT, False), Column("turn_id", TEXT, False),
             Column("hook_prefix", JSON, False), Column("hook_allowed_tools", JSON), Column("model_config_id", TEXT),
+            Column("reasoning_effort", TEXT), Column("editing_since", TIMESTAMP),
         ], primary_key=["chat_id", "queued_message_id"]),
     ]
 
@@ -145,8 +147,9 @@ def _queue_diff(old: list[Any], after: Any) -> list[RowOp]:
     new_ids = {q.queued_message_id for q in after.queue}
     ops: list[RowOp] = [Delete(QUEUE, (chat_id, q.queued_message_id)) for q in old
                         if q.queued_message_id not in new_ids]
-    # Queued prompts are immutable values (a move replaces one with a new position): the rows to
-    # write are those of the prompts that were not in the queue before the batch, as the same object.
+    # Queued prompts are immutable values (a move, an edit, beginning or ending an edit replaces one):
+    # the rows to write are those of the prompts that were not in the queue before the batch, as the
+    # same object.
     kept = {id(q) for q in old}
     ops.extend(Upsert(QUEUE, queue_row(after.chat_id, q)) for q in after.queue if id(q) not in kept)
     return ops

@@ -190,7 +190,8 @@ def _execution(events: list[Any]) -> dict[str, Any] | None:
 
 
 def explain_queued(chat_events: Iterable[Any], queued_message_id: int) -> dict[str, Any]:
-    """When a queued prompt was queued, by whom, its prefix and policy; when and why it left the queue."""
+    """When a queued prompt was queued, by whom, its prefix and policy; how it was edited (new content,
+    overrides, editing begun and ended) and where the chat paused at it; when and why it left the queue."""
     events = list(chat_events)
     if not events:
         raise LedgerError("chat_not_found", "chat not found")
@@ -198,6 +199,10 @@ def explain_queued(chat_events: Iterable[Any], queued_message_id: int) -> dict[s
     out: dict[str, Any] | None = None
     state = None
     for e in events:
+        if isinstance(e, ev.ChatResumed) and out is not None and out["pauses"] and out["pauses"][-1]["resumed"] is None:
+            # (the pause at this prompt ends here, also when its deletion or promotion ended it)
+            out["pauses"][-1]["resumed"] = {**_fact(e), "cause": e.cause, "status": e.status,
+                                            "queued_message_id": e.queued_message_id}
         if isinstance(e, ev.PromptQueued) and e.prompt.queued_message_id == queued_message_id:
             q = e.prompt
             out = {"chat_id": str(chat_id), "queued_message_id": queued_message_id, "queued": _fact(e),
@@ -207,10 +212,24 @@ def explain_queued(chat_events: Iterable[Any], queued_message_id: int) -> dict[s
                    "hook_allowed_tools": _policy(q.hook_allowed_tools),
                    "model_config_id": str(q.model_config_id) if q.model_config_id else None,
                    "chat_state_when_queued": state.execution_state if state else None,
-                   "moves": [], "outcome": None}
+                   "moves": [], "edits": [], "pauses": [], "under_edit": False, "outcome": None}
         elif out is not None and out["outcome"] is None:
             if isinstance(e, ev.QueuedPromptMovedToHead) and e.queued_message_id == queued_message_id:
                 out["moves"].append({**_fact(e), "position": e.position})
+            elif isinstance(e, ev.QueuedPromptEdited) and e.queued_message_id == queued_message_id:
+                out["edits"].append({**_fact(e), "what": "content", "text": message_text(e.parts),
+                                     "model_config_id": str(e.model_config_id) if e.model_config_id else None,
+                                     "reasoning_effort": e.reasoning_effort,
+                                     "actor": str(e.actor) if e.actor else None})
+            elif isinstance(e, ev.QueuedPromptEditBegun) and e.queued_message_id == queued_message_id:
+                out["edits"].append({**_fact(e), "what": "editing begun", "actor": str(e.actor) if e.actor else None})
+                out["under_edit"] = True
+            elif isinstance(e, ev.QueuedPromptEditEnded) and e.queued_message_id == queued_message_id:
+                out["edits"].append({**_fact(e), "what": f"editing ended ({e.cause})",
+                                     "actor": str(e.actor) if e.actor else None})
+                out["under_edit"] = False
+            elif isinstance(e, ev.ChatPaused) and e.queued_message_id == queued_message_id:
+                out["pauses"].append({**_fact(e), "resumed": None})
             elif isinstance(e, ev.QueuedPromptPromoted) and e.queued_message_id == queued_message_id:
                 why = _promotion_cause(events, e)
                 out["outcome"] = {**_fact(e), "how": "promoted", "why": why, "turn_id": str(e.turn_id),
@@ -220,6 +239,7 @@ def explain_queued(chat_events: Iterable[Any], queued_message_id: int) -> dict[s
                                   "model_config_id": str(e.model_config_id) if e.model_config_id else None,
                                   "model_resolution": _resolution(e.model_resolution),
                                   "model_explanation": _resolution_text(e.model_resolution),
+                                  "reasoning_effort": e.reasoning_effort,
                                   "prefix_message_ids": [m.message_id for m in e.messages
                                                          if m.message_id != e.prompt_message_id]}
             elif isinstance(e, ev.QueuedPromptDeleted) and e.queued_message_id == queued_message_id:
@@ -239,14 +259,27 @@ def explain_queued(chat_events: Iterable[Any], queued_message_id: int) -> dict[s
              + (f"; requested model {out['model_config_id']}" if out["model_config_id"] else "")]
     for mv in out["moves"]:
         lines.append(f"moved to the head at version {mv['version']} (position {mv['position']})")
+    for ed in out["edits"]:
+        if ed["what"] == "content":
+            lines.append(f"content replaced at version {ed['version']}: {ed['text']!r}"
+                         + (f"; model {ed['model_config_id']}" if ed["model_config_id"] else "")
+                         + (f"; reasoning effort {ed['reasoning_effort']}" if ed["reasoning_effort"] else ""))
+        else:
+            lines.append(f"{ed['what']} at version {ed['version']} ({ed['time']})")
+    for pz in out["pauses"]:
+        r = pz["resumed"]
+        lines.append(f"the chat paused at it at version {pz['version']} (a turn ended while it was under edit)"
+                     + ("" if r is None else f"; resumed at version {r['version']} ({r['cause'].replace('_', ' ')})"))
     o = out["outcome"]
     if o is None:
-        lines.append("it is still queued")
+        lines.append("it is still queued" + (", under edit" if out["under_edit"] else ""))
     elif o["how"] == "promoted":
         lines.append(f"promoted at version {o['version']} ({o['time']}) because {o['why']}: turn {o['turn_id']}, "
                      f"prompt message {o['prompt_message_id']}")
         lines.append(f"tool policy {_policy_text(o['tool_policy_before'])} -> {_policy_text(o['tool_policy_after'])}")
         lines.append(o["model_explanation"])
+        if o["reasoning_effort"]:
+            lines.append(f"reasoning effort {o['reasoning_effort']} carried into history")
     else:
         lines.append(f"{o['how']} at version {o['version']} ({o['time']}): {o['why']}")
     out["explanation"] = lines
@@ -259,6 +292,9 @@ def _promotion_cause(events: list[Any], promoted: Any) -> str:
     same = [e for e in events if e.timestamp == promoted.timestamp and e.originator_version < promoted.originator_version
             and e.idempotency_key == promoted.idempotency_key]
     kinds = {type(e).__name__ for e in same}
+    resumed = [e for e in same if isinstance(e, ev.ChatResumed)]
+    if resumed:
+        return f"the paused chat resumed ({resumed[-1].cause.replace('_', ' ')}): the ready head is promoted"
     if "TurnFinished" in kinds:
         return "the running turn finished (the queue head is promoted automatically)"
     if "InterruptionFinished" in kinds:

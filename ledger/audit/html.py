@@ -16,8 +16,8 @@ th,td{text-align:left;padding:5px 8px;border-bottom:1px solid #eceef2;vertical-a
 th{background:#eef1f5;font-weight:600}tr.err td{background:#fff1f0}
 code{font:12px ui-monospace,SFMono-Regular,Menlo,monospace;background:#f0f2f5;padding:1px 4px;border-radius:3px}
 .st{display:inline-block;min-width:26px;text-align:center;padding:2px 6px;margin:2px 0;border-radius:10px;font:600 12px ui-monospace,monospace;color:#fff}
-.W{background:#6b7280}.R0,.R1{background:#2563eb}.I0,.I1{background:#d97706}.A0,.A1{background:#7c3aed}
-.E0,.E1,.XE0,.XE1,.Invalid{background:#dc2626}.XW{background:#374151}
+.W{background:#6b7280}.R0,.R1,.R1P{background:#2563eb}.I0,.I1,.I1P{background:#d97706}.A0,.A1,.A1P{background:#7c3aed}
+.E0,.E1,.E1P,.XE0,.XE1,.XE1P,.Invalid{background:#dc2626}.XW{background:#374151}.P{background:#0d9488}
 .path{display:flex;flex-wrap:wrap;align-items:center;gap:2px}.arrow{color:#9aa3b2;margin:0 3px}.v{color:#8a93a3;font-size:11px;margin-left:2px}
 .ok{color:#15803d;font-weight:600}.bad{color:#b91c1c;font-weight:600}.muted{color:#8a93a3}
 ul{margin:4px 0 4px 18px;padding:0}
@@ -36,7 +36,7 @@ def _state_cell(s: dict[str, Any]) -> str:
     if "execution_state" not in s:
         return "<br>".join(f"{_e(k)}={_e(v)}" for k, v in s.items())
     policy = "all" if s["policy"] is None else ", ".join(s["policy"]) or "none"
-    q = ", ".join(f"#{i}" for i in s["queue"]) or "–"
+    q = ", ".join(f"#{i}" + (" (under edit)" if i == s.get("editing") else "") for i in s["queue"]) or "–"
     return (f'<span class="st {_e(s["execution_state"])}">{_e(s["execution_state"])}</span> '
             f'{_e(s["status"])}<br><span class="muted">queue</span> {_e(q)} · <span class="muted">policy</span> '
             f'{_e(policy)} · <span class="muted">model</span> <code>{_e(short(s["model"]))}</code>'
@@ -57,7 +57,7 @@ def render(data: dict[str, Any], events: list[Any]) -> str:
     parts.append("<h2>Timeline</h2><table><tr><th>v</th><th>time</th><th>event</th><th>summary</th>"
                  "<th>state after</th></tr>")
     for x in entries:
-        err = " class='err'" if x["type"] in ("TurnFailed", "IdleChatFailed") else ""
+        err = " class='err'" if x["type"] in ("TurnFailed", "IdleChatFailed", "InvalidStateReconciled") else ""
         parts.append(f"<tr{err}><td>{x['version']}</td><td>{_e(x['time'][11:23] if x['time'] else '')}"
                      f"<br><span class='muted'>{_e(x['time'][:10] if x['time'] else '')}</span></td>"
                      f"<td><b>{_e(x['type'])}</b></td><td>{_e(x['summary'])}</td><td>{_state_cell(x['state'])}</td></tr>")
@@ -107,8 +107,8 @@ def _chat_sections(data: dict[str, Any], events: list[Any], last: dict[str, Any]
     if not qids:
         out.append("<div class='muted'>none</div>")
     else:
-        out.append("<table><tr><th>#</th><th>queued</th><th>text</th><th>hook policy / prefix</th><th>outcome</th>"
-                   "<th>model</th></tr>")
+        out.append("<table><tr><th>#</th><th>queued</th><th>text</th><th>hook policy / prefix</th>"
+                   "<th>edits and pauses</th><th>outcome</th><th>model</th></tr>")
         for qid in qids:
             q = explain_queued(events, qid)
             o = q["outcome"]
@@ -116,10 +116,20 @@ def _chat_sections(data: dict[str, Any], events: list[Any], last: dict[str, Any]
             if o and o["how"] == "promoted":
                 outcome += f" (policy {_plist(o['tool_policy_before'])} → {_plist(o['tool_policy_after'])})"
             model = o.get("model_explanation", "") if o else ""
+            if o and o.get("reasoning_effort"):
+                model += f" · reasoning effort {o['reasoning_effort']}"
             policy = "all" if q["hook_allowed_tools"] is None else ", ".join(q["hook_allowed_tools"]) or "none"
+            edits = [f"v{x['version']} " + (f"content: {x['text']}" if x["what"] == "content" else x["what"])
+                     for x in q["edits"]]
+            edits += [f"v{pz['version']} paused" + (f" → v{pz['resumed']['version']} resumed "
+                                                   f"({pz['resumed']['cause'].replace('_', ' ')})"
+                                                   if pz["resumed"] else " (still paused)")
+                      for pz in q["pauses"]]
             out.append(f"<tr><td>{qid}</td><td>v{q['queued']['version']} by <code>{_e(short(q['created_by']))}</code> "
                        f"while {_e(q['chat_state_when_queued'])}</td><td>{_e(q['text'])}</td>"
-                       f"<td>{_e(policy)} / {len(q['hook_prefix'])} prefix</td><td>{_e(outcome)}</td><td>{_e(model)}</td></tr>")
+                       f"<td>{_e(policy)} / {len(q['hook_prefix'])} prefix</td>"
+                       f"<td>{'<br>'.join(_e(x) for x in edits) or '–'}</td><td>{_e(outcome)}</td>"
+                       f"<td>{_e(model)}</td></tr>")
         out.append("</table>")
     # tool calls
     call_ids = [p.tool_call_id for e in events for m in (getattr(e, "messages", None) or ())
@@ -141,7 +151,7 @@ def _chat_sections(data: dict[str, Any], events: list[Any], last: dict[str, Any]
                        f"<td>{_e(closed)}</td></tr>")
         out.append("</table>")
     # errors
-    errors = [e for e in events if isinstance(e, (ev.TurnFailed, ev.IdleChatFailed))]
+    errors = [e for e in events if isinstance(e, (ev.TurnFailed, ev.IdleChatFailed, ev.InvalidStateReconciled))]
     out.append("<h2>Errors</h2>")
     if not errors:
         out.append("<div class='ok'>none recorded</div>")

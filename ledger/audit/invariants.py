@@ -42,8 +42,10 @@ def _chat(s: Any, e: Any, memo: dict[str, Any]) -> list[str]:
         out.append(f"queue not ordered by position {positions}")
     if ids and max(ids) >= s.next_queued_message_id:
         out.append(f"queued id {max(ids)} not below next_queued_message_id {s.next_queued_message_id}")
-    if len(s.queue) > 20:
-        out.append(f"queue longer than 20 ({len(s.queue)})")
+    editing = [q.queued_message_id for q in s.queue if q.editing_since is not None]
+    if len(editing) > 1:
+        out.append(f"more than one queued prompt under edit {editing}")
+    # (No queue length bound: the cap is per send, ``max_queue_size``, default 20.)
     if s.version != e.originator_version:
         out.append(f"state version {s.version} != event version {e.originator_version}")
     return out

@@ -88,6 +88,7 @@ def state_summary(state: Any) -> dict[str, Any]:
             "execution_state": state.execution_state,
             "archived": state.archived,
             "queue": [q.queued_message_id for q in state.queue],
+            "editing": state.editing_queued_message_id,
             "policy": list(state.hook_allowed_tools) if state.hook_allowed_tools is not None else None,
             "model": _s(state.model_config_id),
             "turn_id": _s(state.turn_id),
@@ -207,7 +208,20 @@ _SUMMARIES: dict[str, Any] = {
     "QueuedPromptMovedToHead": lambda e: f"queued prompt #{e.queued_message_id} moved to the head (position {e.position})",
     "QueuedPromptPromoted": lambda e: (f"queued prompt #{e.queued_message_id} promoted: turn {short(e.turn_id)}, "
                                        f"prompt #{e.prompt_message_id}; policy {_policy(e.tool_policy_before)} -> "
-                                       f"{_policy(e.tool_policy)}; {_resolution(e.model_resolution)}"),
+                                       f"{_policy(e.tool_policy)}; {_resolution(e.model_resolution)}"
+                                       + (f"; reasoning effort {e.reasoning_effort}" if e.reasoning_effort else "")),
+    "QueuedPromptEdited": lambda e: (f"queued prompt #{e.queued_message_id} edited: {_text([_as_msg(e)])!r}"
+                                     + (f"; model {e.model_config_id}" if e.model_config_id else "")
+                                     + (f"; reasoning effort {e.reasoning_effort}" if e.reasoning_effort else "")),
+    "QueuedPromptEditBegun": lambda e: f"editing of queued prompt #{e.queued_message_id} begun",
+    "QueuedPromptEditEnded": lambda e: f"editing of queued prompt #{e.queued_message_id} ended ({e.cause})",
+    "ChatPaused": lambda e: f"paused at queued prompt #{e.queued_message_id} (under edit): nothing promoted",
+    "ChatResumed": lambda e: (f"resumed ({e.cause.replace('_', ' ')}"
+                              + (f" #{e.queued_message_id}" if e.queued_message_id is not None else "")
+                              + f") -> {e.status}"),
+    "InvalidStateReconciled": lambda e: (f"invalid state reconciled (was {e.status_before}"
+                                         + (", archived" if e.archived_before else "")
+                                         + f"): {e.last_error.message}"),
     "ToolCallsCanceled": lambda e: (f"{'dynamic ' if e.dynamic_only else ''}tool calls canceled ({e.reason}): "
                                     + ", ".join(_results(e.messages))),
     "InterruptRequested": lambda e: f"interrupt requested ({e.reason})",

@@ -40,6 +40,26 @@ _UNUSABLE: dict[str, tuple[str, str]] = {
 }
 
 
+#: why a configured override is not usable, in words (``model_override_unusable``)
+REASON_TEXT: dict[str, str] = {
+    "disabled": "the model config is disabled",
+    "missing": "the model config does not exist",
+    "foreign_org": "the model config belongs to another organization",
+    "provider_disabled": "its provider is not enabled",
+    "credentials_unavailable": "its provider's credentials are unavailable",
+}
+#: contexts whose configured admin override must be usable: a hard failure of the context, never a
+#: fallback to the chat's model (requirements 001: "restoring the hard-failure contract for
+#: configured-but-unusable title generation overrides")
+HARD_OVERRIDE_CONTEXTS = frozenset({"title_generation"})
+
+
+def override_unusable(context: str, model_config_id: UUID | None, reason: Reason) -> LedgerError:
+    return LedgerError("model_override_unusable",
+                       f"the {context} model override {model_config_id} is not usable: {REASON_TEXT[reason]} "
+                       f"({reason})")
+
+
 class ModelFactsNeeded(Exception):
     """Raised by ``decide`` when the command turns out to resolve a model and no facts were given: the
     handler loads them and decides again. Commands that resolve nothing never read the catalog."""
@@ -204,10 +224,13 @@ def resolve_model(context: Context, chat: ChatModelFacts, catalog: CatalogState 
       chat's owner) when the deployment enables them — ``chat_default`` stops at the chat's model, a usable
       ``model`` is used, anything else falls through — then the organization's admin override, then the
       chat's model (as for ``root``).
-    * ``title_generation``, ``advisor``: the admin override, else the chat's model.
+    * ``title_generation``: the admin override, else the chat's model. A configured override that is
+      not usable is a hard failure of the context: ``model_override_unusable`` naming the override and
+      why (requirements 001), never a fallback to the chat's model.
+    * ``advisor``: the admin override, else the chat's model.
     * ``compaction``: the admin override, else the chat's model; the context limit is the smaller of the
       chat model's and the override's.
-    Overrides that are foreign, missing or unusable are ignored (listed in ``ignored``).
+    Other overrides that are foreign, missing or unusable are ignored (listed in ``ignored``).
     """
     facts = ModelFacts(chat.organization_id, catalog if catalog is not None and
                        catalog.organization_id == chat.organization_id else None, deployment, owners)
@@ -252,6 +275,8 @@ def resolve_model(context: Context, chat: ChatModelFacts, catalog: CatalogState 
                     assert base is not None
                     return done(res, admin.reasoning_effort, base.context_limit)
                 return done(res, admin.reasoning_effort)
+            if context in HARD_OVERRIDE_CONTEXTS:
+                raise override_unusable(context, admin.model_config_id, reason)
             ignored.append(IgnoredOverride(source="admin_override", model_config_id=admin.model_config_id,
                                            reason=reason))
     return done(chat_res())

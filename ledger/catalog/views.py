@@ -43,7 +43,8 @@ def config_rows(catalog: CatalogState) -> list[dict[str, Any]]:
 def effective_models(catalog: CatalogState, deployment: DeploymentState, user: UUID) -> dict[str, Any]:
     """context -> the model ``user`` gets in this organization for a new root chat and for its subagents,
     title generation, compaction and advisor: ``{model_config_id, source, reason}`` (all null with
-    ``error`` when the organization has no usable model)."""
+    ``error`` when the organization has no usable model, or for a context that fails hard: an unusable
+    ``title_generation`` override, ``model_override_unusable``)."""
     facts = ModelFacts(catalog.organization_id, catalog, deployment)
     out: dict[str, Any] = {}
     try:
@@ -54,7 +55,11 @@ def effective_models(catalog: CatalogState, deployment: DeploymentState, user: U
     chat = ChatModelFacts(organization_id=catalog.organization_id, owner_id=user,
                           model_config_id=root.model_config_id)
     for context in CONTEXTS[1:]:
-        r = resolve_model(context, chat, catalog, deployment, user)  # type: ignore[arg-type]
+        try:
+            r = resolve_model(context, chat, catalog, deployment, user)  # type: ignore[arg-type]
+        except LedgerError as e:  # a context that fails hard (an unusable title_generation override)
+            out[context] = {"model_config_id": None, "source": None, "reason": None, "error": e.code}
+            continue
         out[context] = {"model_config_id": str(r.model_config_id), "source": r.source, "reason": r.reason}
     return out
 

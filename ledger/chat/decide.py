@@ -21,6 +21,8 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID, uuid5
 
+import msgspec
+
 from ledger.base import Emitter
 from ledger.catalog.resolve import (
     ModelFacts, ModelFactsNeeded, resolve_kept, select_for_create, validate_explicit,
@@ -47,6 +49,7 @@ from ledger.chat.values import (
     TextPart,
     ToolCallPart,
     ToolResultPart,
+    edited_prompt,
 )
 from ledger.errors import LedgerError, invalid_command, transition_not_allowed
 
@@ -58,50 +61,76 @@ MESSAGE_EDIT = "Tool execution interrupted by message edit"
 INTERRUPTED_BY_USER = "Tool execution interrupted by user"
 TIMED_OUT = "Tool execution timed out"
 CHAT_ENDED = "Tool execution interrupted because the chat was ended"
+INVALID_STATE_CANCELED = "Tool execution canceled due to invalid chat state"
+#: ReconcileInvalidState's default ``last_error`` (chatd-queue-editing.md §7)
+INVALID_STATE_ERROR = "chat was in an invalid state; send a new message or edit history to continue"
+PAUSED_HEAD_UNDER_EDIT = ("paused_queued_head_under_edit",
+                          "chat is paused at a queued message under edit; finish editing, send, or remove it first")
 
 REQUIRES_ACTION_TIMEOUT = timedelta(minutes=5)
 TITLE_MAX = 200
 TURN_NAMESPACE = UUID("6f0b7c8e-2d4b-5c1e-9a57-3f1c2b0d9e41")
+NIL_CHAT_ID = UUID(int=0)
 
 _LIVE = ("W", "E0", "E1", "R0", "R1", "I0", "I1", "A0", "A1")
+#: busy or error states whose queue head is under edit ("1P")
+_HEAD_UNDER_EDIT = ("E1P", "R1P", "I1P", "A1P")
 
-#: transition -> {from execution state: allowed resulting states} (reference §3, CONTRACT §2)
+#: transition -> {from execution state: allowed resulting states} (reference §3, CONTRACT §2, and the
+#: "1P" matrix of chatd-queue-editing.md §2: a 1P state admits what its "1" sibling admits, P is idle)
 MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
-    "SetArchived": {"W": ("XW",), "E0": ("XE0",), "E1": ("XE1",),
-                    "XW": ("W",), "XE0": ("E0",), "XE1": ("E1",)},
-    "SendMessage": {"W": ("R0",), "E0": ("R0",), "E1": ("R1",), "R0": ("R1",), "R1": ("R1",),
-                    "I0": ("I1",), "I1": ("I1",), "A0": ("A1",), "A1": ("A1",)},
-    "SendMessageInterrupt": {"W": ("R0",), "E0": ("R0",), "E1": ("R1",), "R0": ("I1",), "R1": ("I1",),
-                             "I0": ("I1",), "I1": ("I1",), "A0": ("R1",), "A1": ("R1",)},
-    "EditMessage": {s: ("R0",) for s in _LIVE},
-    "RequestCompaction": {"W": ("R0",), "E0": ("R0",), "E1": ("R1",)},
+    "SetArchived": {"W": ("XW",), "E0": ("XE0",), "E1": ("XE1",), "E1P": ("XE1P",),
+                    "XW": ("W",), "XE0": ("E0",), "XE1": ("E1",), "XE1P": ("E1P",)},
+    "SendMessage": {"W": ("R0",), "E0": ("R0",), "E1": ("R1", "R1P"), "E1P": ("E1P",), "R0": ("R1",),
+                    "R1": ("R1",), "R1P": ("R1P",), "I0": ("I1",), "I1": ("I1",), "I1P": ("I1P",),
+                    "A0": ("A1",), "A1": ("A1",), "A1P": ("A1P",), "P": ("P",)},
+    "SendMessageInterrupt": {"W": ("R0",), "E0": ("R0",), "E1": ("R1", "R1P"), "E1P": ("E1P",),
+                             "R0": ("I1",), "R1": ("I1",), "R1P": ("I1P",), "I0": ("I1",), "I1": ("I1",),
+                             "I1P": ("I1P",), "A0": ("R1",), "A1": ("R1",), "A1P": ("R1P",), "P": ("P",)},
+    "EditMessage": {s: ("R0",) for s in _LIVE + _HEAD_UNDER_EDIT + ("P",)},
+    "RequestCompaction": {"W": ("R0",), "E0": ("R0",), "E1": ("R1",), "E1P": ("R1P",)},
     "ClearContext": {"W": ("W",), "E0": ("W",)},
-    "DeleteQueuedMessage": {"E1": ("E0", "E1"), "R1": ("R0", "R1"), "I1": ("I0", "I1"), "A1": ("A0", "A1")},
-    "PromoteQueuedMessage": {"E1": ("R0", "R1"), "R1": ("I1",), "I1": ("I1",), "A1": ("R0", "R1")},
-    "Interrupt": {"R0": ("I0",), "R1": ("I1",), "A0": ("R0",), "A1": ("R1",)},
-    "CompleteRequiresAction": {"A0": ("R0",), "A1": ("R1",)},
-    "CancelRequiresAction": {"A0": ("R0",), "A1": ("R1",)},
-    "RecordGenerationAttempt": {"R0": ("R0",), "R1": ("R1",)},
-    "RecordRetryState": {"R0": ("R0",), "R1": ("R1",)},
-    "CommitStep": {"R0": ("R0",), "R1": ("R1",)},
-    "EnterRequiresAction": {"R0": ("A0",), "R1": ("A1",)},
-    "FinishTurn": {"R0": ("W",), "R1": ("R0", "R1")},
-    "FinishInterruption": {"I0": ("W",), "I1": ("R0", "R1")},
-    "FinishError": {"W": ("E0",), "R0": ("E0",), "R1": ("E1",)},
+    "DeleteQueuedMessage": {"E1": ("E0", "E1", "E1P"), "E1P": ("E0", "E1", "E1P"),
+                            "R1": ("R0", "R1", "R1P"), "R1P": ("R0", "R1", "R1P"),
+                            "I1": ("I0", "I1", "I1P"), "I1P": ("I0", "I1", "I1P"),
+                            "A1": ("A0", "A1", "A1P"), "A1P": ("A0", "A1", "A1P"),
+                            "P": ("P", "W", "R0", "R1")},
+    "PromoteQueuedMessage": {"E1": ("R0", "R1", "R1P"), "E1P": ("R0", "R1", "R1P"), "R1": ("I1",),
+                             "R1P": ("I1",), "I1": ("I1",), "I1P": ("I1",), "A1": ("R0", "R1", "R1P"),
+                             "A1P": ("R0", "R1", "R1P"), "P": ("R0", "R1", "R1P")},
+    "EditQueuedMessage": {"E1": ("E1", "E1P"), "E1P": ("E1", "E1P"), "R1": ("R1", "R1P"),
+                          "R1P": ("R1", "R1P"), "I1": ("I1", "I1P"), "I1P": ("I1", "I1P"),
+                          "A1": ("A1", "A1P"), "A1P": ("A1", "A1P"), "P": ("P", "R0", "R1")},
+    "Interrupt": {"R0": ("I0",), "R1": ("I1",), "R1P": ("I1P",), "A0": ("R0",), "A1": ("R1",),
+                  "A1P": ("R1P",)},
+    "CompleteRequiresAction": {"A0": ("R0",), "A1": ("R1",), "A1P": ("R1P",)},
+    "CancelRequiresAction": {"A0": ("R0",), "A1": ("R1",), "A1P": ("R1P",)},
+    "RecordGenerationAttempt": {"R0": ("R0",), "R1": ("R1",), "R1P": ("R1P",)},
+    "RecordRetryState": {"R0": ("R0",), "R1": ("R1",), "R1P": ("R1P",)},
+    "CommitStep": {"R0": ("R0",), "R1": ("R1",), "R1P": ("R1P",)},
+    "EnterRequiresAction": {"R0": ("A0",), "R1": ("A1",), "R1P": ("A1P",)},
+    "FinishTurn": {"R0": ("W",), "R1": ("R0", "R1", "R1P"), "R1P": ("P",)},
+    "FinishInterruption": {"I0": ("W",), "I1": ("R0", "R1", "R1P"), "I1P": ("P",)},
+    "FinishError": {"W": ("E0",), "R0": ("E0",), "R1": ("E1",), "R1P": ("E1P",)},
     "FailIdle": {"W": ("E0",)},
-    "EndChat": {s: ("XW",) for s in _LIVE},
+    # Inferred (chatd-queue-editing.md §4): EndChat from a 1P state clears the queue with its edit marker
+    # like any queue; P hosts no turn, so no hook outcome can end it.
+    "EndChat": {s: ("XW",) for s in _LIVE + _HEAD_UNDER_EDIT},
+    "ReconcileInvalidState": {"Invalid": ("E0", "E1", "E1P")},
 }
 #: Transition names as they appear in error messages.
 TRANSITION_NAME = {"SendMessageInterrupt": "SendMessage"}
 
 
 def require(state: ChatState, transition: str) -> str:
-    """The chat's execution state, if ``transition`` is allowed from it; else the matrix error."""
+    """The chat's execution state, if ``transition`` is allowed from it; else the matrix error. From
+    Invalid only ReconcileInvalidState is allowed (every other transition: ``invalid_state``)."""
     st = state.execution_state
-    if st == "Invalid":
+    if st == "Invalid" and transition != "ReconcileInvalidState":
         raise LedgerError("invalid_state", "chat is in an invalid execution state")
     if st not in MATRIX[transition]:
-        raise transition_not_allowed(TRANSITION_NAME.get(transition, transition), st)
+        reason = "reconcile is only valid for invalid states" if transition == "ReconcileInvalidState" else None
+        raise transition_not_allowed(TRANSITION_NAME.get(transition, transition), st, reason)
     return st
 
 
@@ -149,6 +178,7 @@ class Draft:
         self.added: list[MessageInfo] = []
         self.policy = state.hook_allowed_tools
         self.queue = list(state.queue)
+        self.editing = state.editing_queued_message_id  # the queued prompt under edit, as the events leave it
         self._answered: set[str] | None = None  # calls of the latest assistant message with a result
 
     def facts(self) -> ModelFacts:
@@ -229,9 +259,14 @@ class Draft:
 
     def queue_prompt(self, message: MessageInput, *, created_by: UUID | None, turn_id: UUID | None,
                      prefix: list[MessageInput], hook_allowed_tools: list[str] | None,
-                     model_config_id: UUID | None) -> QueuedPrompt:
-        if len(self.queue) >= MAX_QUEUE_SIZE:
-            raise LedgerError("queue_full", f"chat message queue is full (max {MAX_QUEUE_SIZE})")
+                     model_config_id: UUID | None, max_queue_size: int | None = None) -> QueuedPrompt:
+        """Append a prompt at the tail. The cap is the send's ``max_queue_size`` (default 20), checked only
+        here, where a row is queued; the count includes a row under edit (chatd-queue-editing.md §8)."""
+        cap = MAX_QUEUE_SIZE if max_queue_size is None else max_queue_size
+        if cap <= 0:
+            raise invalid_command(f"insert queued: max queue size must be positive, got {cap}")
+        if len(self.queue) >= cap:
+            raise LedgerError("queue_full", f"chat message queue is full (max {cap})")
         qid = self.state.next_queued_message_id
         prompt = QueuedPrompt(
             queued_message_id=qid, position=qid, parts=message.parts,
@@ -245,10 +280,15 @@ class Draft:
         self.queue.append(prompt)
         return prompt
 
+    def head_under_edit(self) -> bool:
+        return bool(self.queue) and self.queue[0].queued_message_id == self.editing
+
     def promote_head(self) -> None:
         """Promote the queue head: its hook prefix (stamped with its turn id) then the prompt; its tool
-        policy applied; its row deleted (reference §4)."""
+        policy applied; its reasoning effort carried; its row deleted (reference §4). Never a head under
+        edit (callers pause or end the edit first)."""
         head = self.queue[0]
+        assert head.queued_message_id != self.editing, "a queued prompt under edit is never promoted"
         # Re-resolve the queued model (reference §6.3): kept when usable in the chat's organization, else
         # the organization's usable default; none refuses the promotion (no_default_model).
         if head.model_config_id is not None:
@@ -269,7 +309,18 @@ class Draft:
             prompt_message_id=prompt.message_id, messages=prefix + [prompt],
             hook_allowed_tools=head.hook_allowed_tools, tool_policy_before=before, tool_policy=self.policy,
             model_config_id=resolution.model_config_id, model_resolution=resolution,
+            reasoning_effort=head.reasoning_effort,
         )
+
+    def at_boundary(self) -> None:
+        """A turn (or interruption) ended: promote the ready head, or pause at a head under edit (no
+        cancellation, no promotion: chatd-queue-editing.md §4); nothing when the queue is empty."""
+        if not self.queue:
+            return
+        if self.head_under_edit():
+            self.em.emit(ev.ChatPaused, queued_message_id=self.queue[0].queued_message_id)
+        else:
+            self.promote_head()
 
     def finish_interruption(self, partial: list[MessageInput], *, unowned: bool = False) -> None:
         msgs = self.messages(partial, turn_id=self.state.turn_id)
@@ -277,21 +328,49 @@ class Draft:
             raise transition_not_allowed("FinishInterruption", self.state.execution_state,
                                          "outstanding tool calls remain after partial commit")
         self.em.emit(ev.InterruptionFinished, messages=msgs, unowned=unowned)
+        self.at_boundary()
+
+    # -- queue events, mirrored on the draft's queue -----------------------------------------------------
+    def delete_queued(self, queued_message_id: int) -> None:
+        self.em.emit(ev.QueuedPromptDeleted, queued_message_id=queued_message_id)
+        self.queue = [q for q in self.queue if q.queued_message_id != queued_message_id]
+        if self.editing == queued_message_id:
+            self.editing = None
+
+    def end_edit(self, queued_message_id: int, cause: str) -> None:
+        self.em.emit(ev.QueuedPromptEditEnded, queued_message_id=queued_message_id, cause=cause)
+        self.editing = None
+
+    def resume(self, cause: str, queued_message_id: int | None) -> None:
+        """The pause ended (the event just emitted ended it): record the resume, then promote the ready
+        head as a queue promotion does — every outstanding call canceled (chatd ``resumeIfUnpaused``)."""
+        self.em.emit(ev.ChatResumed, cause=cause, queued_message_id=queued_message_id,
+                     status="running" if self.queue else "waiting")
         if self.queue:
+            self.cancel(QUEUED_PROMOTION)
             self.promote_head()
 
 
 # -- create ------------------------------------------------------------------------------------------
 
 def create_chat(em: Emitter, *, chat_topic: str, organization_id: UUID, owner_id: UUID,
-                parent: ChatState | None, title: str | None, message: MessageInput,
+                parent: ChatState | None, title: str | None, message: MessageInput | None,
                 model_config_id: UUID | None, hook_allowed_tools: list[str] | None,
                 dynamic_tools: list[str], initial_status: str, turn_id: UUID | None,
                 models: ModelFacts | None = None) -> list[Any]:
-    if message.role != "user":
+    """CreateChat in chatd's order of checks: a nil chat id, no initial message, the initial status
+    (empty means running), then the admission rule (the ledger admits every creation: exactly one
+    initial user message)."""
+    if em.originator_id == NIL_CHAT_ID:
+        raise invalid_command("chatstate: CreateChatWithID called with nil chat ID")
+    if message is None:
         raise transition_not_allowed("CreateChat", "N", "initial messages must include at least one message")
+    initial_status = initial_status or "running"
     if initial_status not in ("running", "waiting"):
         raise transition_not_allowed("CreateChat", "N", "initial status must be waiting or running")
+    if message.role != "user":
+        raise transition_not_allowed("CreateChat", "N",
+                                     "admitted chat creation requires exactly one initial user message")
     if len(dynamic_tools) > 250 or any(not n for n in dynamic_tools) or len(set(dynamic_tools)) != len(dynamic_tools):
         raise invalid_command("dynamic_tools must be at most 250 unique, non-empty names")
     root_chat_id = em.originator_id
@@ -337,13 +416,15 @@ def child_created(em: Emitter, parent: ChatState, child_chat_id: UUID) -> list[A
 def send_message(state: ChatState, em: Emitter, *, message: MessageInput, busy_behavior: str = "queue",
                  prefix_messages: list[MessageInput] = (), hook_allowed_tools: list[str] | None = None,  # type: ignore[assignment]
                  model_config_id: UUID | None = None, turn_id: UUID | None = None,
-                 created_by: UUID | None = None, models: ModelFacts | None = None) -> list[Any]:
+                 created_by: UUID | None = None, max_queue_size: int | None = None,
+                 models: ModelFacts | None = None) -> list[Any]:
+    """SendMessage, checks in chatd's order: the matrix, a user message, the busy behavior."""
+    interrupt = busy_behavior == "interrupt"
+    st = require(state, "SendMessageInterrupt" if interrupt else "SendMessage")
     if message.role != "user":
         raise invalid_command("SendMessage requires a user message")
     if busy_behavior not in ("queue", "interrupt"):
-        raise invalid_command("invalid BusyBehavior")
-    interrupt = busy_behavior == "interrupt"
-    st = require(state, "SendMessageInterrupt" if interrupt else "SendMessage")
+        raise transition_not_allowed("SendMessage", st, "invalid BusyBehavior")
     d = Draft(state, em, models)
     explicit = model_config_id or message.model_config_id
     chosen = d.explicit(explicit)
@@ -364,8 +445,9 @@ def send_message(state: ChatState, em: Emitter, *, message: MessageInput, busy_b
     if st.startswith("A") and interrupt:
         d.cancel(USER_MESSAGE, dynamic_only=True)
     d.queue_prompt(message, created_by=created_by, turn_id=turn_id, prefix=prefix,
-                   hook_allowed_tools=hook_allowed_tools, model_config_id=explicit)
+                   hook_allowed_tools=hook_allowed_tools, model_config_id=explicit, max_queue_size=max_queue_size)
     if st == "E1":
+        # (E1P and P keep the new row queued behind the head under edit: no promotion, status kept.)
         d.cancel(QUEUED_PROMOTION)
         d.promote_head()
     elif interrupt and st.startswith("A"):
@@ -380,12 +462,31 @@ def send_message(state: ChatState, em: Emitter, *, message: MessageInput, busy_b
     return em.events
 
 
+def stale_hook_prefix(state: ChatState, idx: int) -> list[int]:
+    """The hook prefix inserted with the user message at index ``idx``: the active rows just before it
+    that carry its turn id and were recorded by the same command (000: an edit soft-deletes them with the
+    target, or the old hook context stays in the model's context next to the new prefix). Tool rows are
+    never part of a prefix: the cancellations recorded before it stay, whatever turn id the caller gave."""
+    target = state.messages[idx]
+    if target.turn_id is None:
+        return []
+    ids: list[int] = []
+    for m in reversed(state.messages[:idx]):
+        if m.deleted:
+            continue
+        if m.turn_id != target.turn_id or m.created_at != target.created_at or m.role == "tool":
+            break
+        ids.append(m.message_id)
+    return ids[::-1]
+
+
 def edit_message(state: ChatState, em: Emitter, *, message_id: int, message: MessageInput,
                  created_by: UUID | None, prefix_messages: list[MessageInput] = (),  # type: ignore[assignment]
                  suffix_messages: list[MessageInput] = (),  # type: ignore[assignment]
+                 hook_allowed_tools: list[str] | None = None,
                  model_config_id: UUID | None = None, turn_id: UUID | None = None,
                  models: ModelFacts | None = None) -> list[Any]:
-    require(state, "EditMessage")
+    st = require(state, "EditMessage")
     idx = message_id - 1
     if not (0 <= idx < len(state.messages)) or state.messages[idx].deleted:
         raise LedgerError("message_not_found", "chat message not found")
@@ -394,14 +495,20 @@ def edit_message(state: ChatState, em: Emitter, *, message_id: int, message: Mes
         raise LedgerError("edited_message_not_user", "only user messages can be edited")
     explicit = model_config_id or message.model_config_id
     resolution = Draft(state, em, models).explicit(explicit)
-    deleted = [m.message_id for m in state.messages[idx:] if not m.deleted]
+    stale = stale_hook_prefix(state, idx)
+    deleted = stale + [m.message_id for m in state.messages[idx:] if not m.deleted]
     em.emit(ev.MessageEdited, edited_message_id=message_id, deleted_message_ids=deleted,
             deleted_queued_message_ids=[q.queued_message_id for q in state.queue])
     d = Draft(state, em, models)
     resolution = resolution or d.kept()
     d.queue = []
+    d.editing = None
+    if st == "P":
+        d.resume("message_edited", None)  # the queue is gone: the chat waits until the new turn starts
     # The cancellation rule sees the history as it is after the soft-delete.
-    remaining = state.messages[:idx]
+    gone = set(stale)
+    remaining = [msgspec.structs.replace(m, deleted=True) if m.message_id in gone else m
+                 for m in state.messages[:idx]]
     calls = outstanding_tool_calls(state, messages=remaining)
     if calls:
         d.added = []
@@ -420,8 +527,9 @@ def edit_message(state: ChatState, em: Emitter, *, message_id: int, message: Mes
                             model_config_id=explicit or state.model_config_id)
     suffix = d.messages(list(suffix_messages), turn_id=turn)
     em.emit(ev.TurnStarted, cause="edit", turn_id=turn, prompt_message_id=replacement.message_id,
-            messages=pre + [replacement] + suffix, hook_allowed_tools=None,
-            tool_policy_before=state.hook_allowed_tools, tool_policy=state.hook_allowed_tools,
+            messages=pre + [replacement] + suffix, hook_allowed_tools=hook_allowed_tools,
+            tool_policy_before=state.hook_allowed_tools,
+            tool_policy=narrow_tool_policy(state.hook_allowed_tools, hook_allowed_tools),
             model_config_id=explicit, model_resolution=resolution)
     return em.events
 
@@ -433,28 +541,80 @@ def _find_queued(state: ChatState, queued_message_id: int) -> QueuedPrompt:
     raise LedgerError("queued_message_not_found", "queued message not found")
 
 
-def delete_queued_message(state: ChatState, em: Emitter, *, queued_message_id: int) -> list[Any]:
-    require(state, "DeleteQueuedMessage")
+def delete_queued_message(state: ChatState, em: Emitter, *, queued_message_id: int,
+                          models: ModelFacts | None = None) -> list[Any]:
+    """Delete a queued prompt. From P, deleting the head under edit resumes the chat: waiting when
+    nothing is left, else the next (ready) row is promoted."""
+    st = require(state, "DeleteQueuedMessage")
     _find_queued(state, queued_message_id)
-    em.emit(ev.QueuedPromptDeleted, queued_message_id=queued_message_id)
+    d = Draft(state, em, models)
+    d.delete_queued(queued_message_id)
+    if st == "P" and not d.head_under_edit():
+        d.resume("queued_deleted", queued_message_id)
     return em.events
 
 
 def promote_queued_message(state: ChatState, em: Emitter, *, queued_message_id: int,
                            models: ModelFacts | None = None) -> list[Any]:
+    """Send a queued prompt now: its edit (if any) ends, it moves to the head; from R1/I1 (and their 1P
+    forms) the chat starts interrupting, from E1/A1 (1P) and P it is promoted at once."""
     st = require(state, "PromoteQueuedMessage")
     target = _find_queued(state, queued_message_id)
     d = Draft(state, em, models)
+    if d.editing == queued_message_id:
+        d.end_edit(queued_message_id, "promoted")
     lowest = min(q.position for q in state.queue)
     if target.position > lowest:
         em.emit(ev.QueuedPromptMovedToHead, queued_message_id=queued_message_id, position=lowest - 1)
     d.queue = [target] + [q for q in state.queue if q.queued_message_id != queued_message_id]
-    if st in ("R1", "I1"):
-        # The interruption boundary promotes the (new) head.
+    if st in ("R1", "R1P", "I1", "I1P"):
+        # The interruption boundary promotes the (new, ready) head.
         em.emit(ev.InterruptRequested, reason=QUEUED_PROMOTION)
+    elif st == "P":
+        d.resume("promoted", queued_message_id)
     else:
         d.cancel(QUEUED_PROMOTION)
         d.promote_head()
+    return em.events
+
+
+def edit_queued_message(state: ChatState, em: Emitter, *, queued_message_id: int,
+                        content: list[Part] | None = None, model_config_id: UUID | None = None,
+                        reasoning_effort: str | None = None, editing: bool | None = None,
+                        models: ModelFacts | None = None) -> list[Any]:
+    """EditQueuedMessage (chatd-queue-editing.md §3): replace a queued prompt's content (with model and
+    reasoning-effort overrides), begin or end editing it. Checks in order: the matrix; overrides only
+    with content (the API's check, before any edit begins); content or editing given; the row exists;
+    from P no edit may begin on another row. A no-op (beginning an edit already begun, ending one not
+    begun) records nothing."""
+    st = require(state, "EditQueuedMessage")
+    if content is None and (model_config_id is not None or reasoning_effort is not None):
+        raise invalid_command("model_config_id and reasoning_effort require content.")
+    if content is None and editing is None:
+        raise transition_not_allowed("EditQueuedMessage", st, "EditQueuedMessage requires content or editing")
+    _find_queued(state, queued_message_id)
+    d = Draft(state, em, models)
+    under_edit = d.editing == queued_message_id
+    if st == "P" and editing is True and not under_edit:
+        raise LedgerError(*PAUSED_HEAD_UNDER_EDIT)
+    if content is not None:
+        if not content:
+            raise invalid_command("Content is required.")
+        if model_config_id is not None:
+            d.explicit(model_config_id)  # validated like an explicit model on a send
+        em.emit(ev.QueuedPromptEdited, queued_message_id=queued_message_id, parts=list(content),
+                model_config_id=model_config_id, reasoning_effort=reasoning_effort)
+        d.queue = [edited_prompt(q, list(content), model_config_id, reasoning_effort)
+                   if q.queued_message_id == queued_message_id else q for q in d.queue]
+    if editing is True and not under_edit:
+        if d.editing is not None:
+            d.end_edit(d.editing, "moved")
+        em.emit(ev.QueuedPromptEditBegun, queued_message_id=queued_message_id)
+        d.editing = queued_message_id
+    elif editing is False and under_edit:
+        d.end_edit(queued_message_id, "ended")
+        if st == "P":
+            d.resume("edit_ended", queued_message_id)
     return em.events
 
 
@@ -464,7 +624,7 @@ def interrupt(state: ChatState, em: Emitter, *, reason: str | None = None,
               models: ModelFacts | None = None) -> list[Any]:
     reason = reason or INTERRUPTED_BY_USER
     st = state.execution_state
-    if st in ("I0", "I1") and not state.owned:
+    if st in ("I0", "I1", "I1P") and not state.owned:
         # TR-B: an unowned interruption is finished by whoever asks again.
         d = Draft(state, em, models)
         d.cancel(reason)
@@ -491,8 +651,10 @@ class ToolResult:
 
 
 def complete_requires_action(state: ChatState, em: Emitter, *, results: list[ToolResult],
-                             created_by: UUID | None = None) -> list[Any]:
-    """Validation in the reference order; the first error wins (TRES)."""
+                             created_by: UUID | None = None,
+                             suffix_messages: list[MessageInput] = ()) -> list[Any]:  # type: ignore[assignment]
+    """Validation in the reference order; the first error wins (TRES). ``suffix_messages`` (a hook's
+    post-results context) are inserted after the results, in the current turn."""
     require(state, "CompleteRequiresAction")
     pending = {c.tool_call_id: c.tool_name for c in outstanding_tool_calls(state, dynamic_only=True)}
     seen: set[str] = set()
@@ -518,6 +680,7 @@ def complete_requires_action(state: ChatState, em: Emitter, *, results: list[Too
             turn_id=state.turn_id, created_by=created_by, model_config_id=state.model_config_id)
         for r, value in zip(results, parsed)
     ]
+    msgs += d.messages(list(suffix_messages), turn_id=state.turn_id)
     em.emit(ev.ToolResultsSubmitted, messages=msgs)
     return em.events
 
@@ -572,13 +735,13 @@ def commit_step(state: ChatState, em: Emitter, *, messages: list[MessageInput],
 
 
 def finish_turn(state: ChatState, em: Emitter, models: ModelFacts | None = None) -> list[Any]:
+    """R0 -> W; R1 -> the head promoted (calls canceled first); R1P -> paused at the head under edit."""
     st = require(state, "FinishTurn")
     d = Draft(state, em, models)
     if st == "R1":
         d.cancel(QUEUED_PROMOTION)
     em.emit(ev.TurnFinished, messages=[])
-    if d.queue:
-        d.promote_head()
+    d.at_boundary()
     return em.events
 
 
@@ -598,6 +761,17 @@ def finish_error(state: ChatState, em: Emitter, *, error: ChatError) -> list[Any
 def fail_idle(state: ChatState, em: Emitter, *, error: str) -> list[Any]:
     require(state, "FailIdle")
     em.emit(ev.IdleChatFailed, last_error=ChatError(message=error, kind="generic"))
+    return em.events
+
+
+def reconcile_invalid_state(state: ChatState, em: Emitter, *, error: ChatError | None = None,
+                            cancellation_reason: str | None = None) -> list[Any]:
+    """ReconcileInvalidState: only from Invalid. Pending dynamic calls canceled; error state, unarchived,
+    the queue and its edit marker kept (E0, E1 or E1P)."""
+    require(state, "ReconcileInvalidState")
+    Draft(state, em).cancel(cancellation_reason or INVALID_STATE_CANCELED, dynamic_only=True)
+    em.emit(ev.InvalidStateReconciled, last_error=error or ChatError(message=INVALID_STATE_ERROR),
+            status_before=state.status, archived_before=state.archived)
     return em.events
 
 

@@ -14,8 +14,8 @@ from typing import Any, ClassVar, Literal
 from uuid import UUID
 
 from ledger.base import LedgerCreated, LedgerEvent
-from ledger.catalog.values import ModelResolution
-from ledger.chat.values import ChatError, Message, QueuedPrompt
+from ledger.catalog.values import EffortLevel, ModelResolution
+from ledger.chat.values import ChatError, Message, Part, QueuedPrompt
 
 
 class ChatEvent(LedgerEvent):
@@ -120,6 +120,7 @@ class QueuedPromptPromoted(ChatEvent):
     """
 
     TOPIC = "chat-ledger:chat.QueuedPromptPromoted"
+    class_version: ClassVar[int] = 2
     queued_message_id: int
     turn_id: UUID
     prompt_message_id: int
@@ -129,6 +130,85 @@ class QueuedPromptPromoted(ChatEvent):
     tool_policy: list[str] | None
     model_config_id: UUID | None
     model_resolution: ModelResolution | None = None
+    #: v2: the reasoning effort the prompt carries into history (an ``edit_queued_message`` override);
+    #: None: the chat's
+    reasoning_effort: EffortLevel | None = None
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        # v1 could not queue a prompt with a reasoning effort: it carried none.
+        state["reasoning_effort"] = None
+
+
+class QueuedPromptEdited(ChatEvent):
+    """The content of a queued prompt was replaced (``edit_queued_message`` with content).
+
+    ``model_config_id`` / ``reasoning_effort`` are the overrides the edit gave (validated; None keeps the
+    prompt's). The hook prefix and tool policy the prompt was queued with are kept.
+    """
+
+    TOPIC = "chat-ledger:chat.QueuedPromptEdited"
+    class_version: ClassVar[int] = 1
+    queued_message_id: int
+    parts: list[Part]
+    model_config_id: UUID | None = None
+    reasoning_effort: EffortLevel | None = None
+
+
+class QueuedPromptEditBegun(ChatEvent):
+    """The owner began editing a queued prompt (chatd's ``editing_since`` = this event's time). A prompt
+    under edit is not promoted until its edit ends; at most one prompt of a chat is under edit (an edit
+    begun on another one is ended first, ``QueuedPromptEditEnded`` with cause "moved")."""
+
+    TOPIC = "chat-ledger:chat.QueuedPromptEditBegun"
+    class_version: ClassVar[int] = 1
+    queued_message_id: int
+
+
+class QueuedPromptEditEnded(ChatEvent):
+    """The edit of a queued prompt ended. ``cause``: "ended" (the owner ended it), "moved" (an edit began
+    on another prompt), "promoted" (the prompt was sent now). Ending the edit of a paused chat's head
+    ends the pause: a ``ChatResumed`` follows."""
+
+    TOPIC = "chat-ledger:chat.QueuedPromptEditEnded"
+    class_version: ClassVar[int] = 1
+    queued_message_id: int
+    cause: Literal["ended", "moved", "promoted"]
+
+
+class ChatPaused(ChatEvent):
+    """A turn (or an interruption) ended at a queue head under edit: nothing was promoted and the chat
+    is ``paused`` (P) until that edit ends, the head is deleted or sent, or the history is edited."""
+
+    TOPIC = "chat-ledger:chat.ChatPaused"
+    class_version: ClassVar[int] = 1
+    queued_message_id: int
+
+
+class ChatResumed(ChatEvent):
+    """A paused chat resumed. It follows the event that ended the pause, in the same command:
+    ``cause`` "edit_ended" (the head's edit ended), "queued_deleted" (the head was deleted),
+    "promoted" (a queued prompt was sent now), "message_edited" (a history edit cleared the queue).
+    ``status``: ``running`` (the promotion of the ready head follows in the same command) or ``waiting``
+    (no queued prompt is left). ``queued_message_id`` names the prompt the cause acted on."""
+
+    TOPIC = "chat-ledger:chat.ChatResumed"
+    class_version: ClassVar[int] = 1
+    cause: Literal["edit_ended", "queued_deleted", "promoted", "message_edited"]
+    status: Literal["running", "waiting"]
+    queued_message_id: int | None = None
+
+
+class InvalidStateReconciled(ChatEvent):
+    """ReconcileInvalidState: a chat found in an invalid execution state (e.g. from an imported or
+    legacy log) was put in the error state, unarchived, its queue (and the edit marker) kept.
+    ``status_before``/``archived_before`` record the invalid shape it was in."""
+
+    TOPIC = "chat-ledger:chat.InvalidStateReconciled"
+    class_version: ClassVar[int] = 1
+    last_error: ChatError
+    status_before: str
+    archived_before: bool
 
 
 class ToolCallsCanceled(ChatEvent):

@@ -14,7 +14,7 @@ import msgspec
 from ledger.base import remember_idempotency_key
 from ledger.chat import events as ev
 from ledger.chat.state import ChatState, message_info
-from ledger.chat.values import Message
+from ledger.chat.values import Message, edited_prompt
 
 
 def _insert(state: ChatState, messages: list[Message], event: Any) -> None:
@@ -54,6 +54,24 @@ def _settle_after_turn(state: ChatState) -> None:
 
 def _remove_queued(state: ChatState, queued_message_id: int) -> None:
     state.queue = [q for q in state.queue if q.queued_message_id != queued_message_id]
+
+
+def _set_editing(state: ChatState, queued_message_id: int | None, since: Any = None) -> None:
+    """Mark ``queued_message_id`` under edit since ``since`` (None: no prompt under edit): at most one."""
+    state.queue = [
+        msgspec.structs.replace(q, editing_since=since if q.queued_message_id == queued_message_id else None)
+        if (q.editing_since is not None or q.queued_message_id == queued_message_id) else q
+        for q in state.queue
+    ]
+
+
+def _end_pause_if_over(state: ChatState) -> None:
+    """A pause lasts only while the queue head is under edit. A queue change that ends it leaves the
+    chat waiting when no row is left, else running (the command promotes the ready head next); the
+    ``ChatResumed`` recorded right after it says so. (Every event leaves a valid state behind, also
+    between the events of one command: views and ``events verify`` may look there.)"""
+    if state.status == "paused" and not state.head_under_edit:
+        state.status = "running" if state.queue else "waiting"
 
 
 def evolve(state: ChatState | None, event: Any) -> ChatState:
@@ -102,11 +120,15 @@ def _message_edited(s: ChatState, e: ev.MessageEdited) -> None:
     if e.deleted_queued_message_ids:
         s.queue = []
         _queue_changed(s, e)
+        _end_pause_if_over(s)
     _history_changed(s, e)
 
 
 def _prompt_queued(s: ChatState, e: ev.PromptQueued) -> None:
-    s.queue.append(e.prompt)
+    prompt = e.prompt
+    if prompt.editing_since is not None:  # queueing never begins an edit (the field is chat state)
+        prompt = msgspec.structs.replace(prompt, editing_since=None)
+    s.queue.append(prompt)
     s.next_queued_message_id = e.prompt.queued_message_id + 1
     _queue_changed(s, e)
 
@@ -115,13 +137,50 @@ def _queued_deleted(s: ChatState, e: ev.QueuedPromptDeleted) -> None:
     _remove_queued(s, e.queued_message_id)
     s.compaction_requested_at = None
     _queue_changed(s, e)
+    _end_pause_if_over(s)
 
 
 def _queued_moved(s: ChatState, e: ev.QueuedPromptMovedToHead) -> None:
     target = next(q for q in s.queue if q.queued_message_id == e.queued_message_id)
-    _remove_queued(s, e.queued_message_id)
+    s.queue = [q for q in s.queue if q.queued_message_id != e.queued_message_id]
     s.queue.insert(0, msgspec.structs.replace(target, position=e.position))
     _queue_changed(s, e)
+    _end_pause_if_over(s)
+
+
+def _queued_edited(s: ChatState, e: ev.QueuedPromptEdited) -> None:
+    s.queue = [edited_prompt(q, e.parts, e.model_config_id, e.reasoning_effort)
+               if q.queued_message_id == e.queued_message_id else q for q in s.queue]
+    _queue_changed(s, e)
+
+
+def _edit_begun(s: ChatState, e: ev.QueuedPromptEditBegun) -> None:
+    _set_editing(s, e.queued_message_id, e.timestamp)
+    _queue_changed(s, e)
+
+
+def _edit_ended(s: ChatState, e: ev.QueuedPromptEditEnded) -> None:
+    _set_editing(s, None)
+    _queue_changed(s, e)
+    _end_pause_if_over(s)
+
+
+def _paused(s: ChatState, e: ev.ChatPaused) -> None:
+    s.status = "paused"
+    s.requires_action_deadline_at = None
+
+
+def _resumed(s: ChatState, e: ev.ChatResumed) -> None:
+    s.status = e.status
+    s.requires_action_deadline_at = None
+
+
+def _reconciled(s: ChatState, e: ev.InvalidStateReconciled) -> None:
+    s.status = "error"
+    s.archived = False
+    s.last_error = e.last_error
+    s.requires_action_deadline_at = None
+    s.compaction_requested_at = None
 
 
 def _promoted(s: ChatState, e: ev.QueuedPromptPromoted) -> None:
@@ -262,6 +321,12 @@ _HANDLERS: dict[type, Any] = {
     ev.QueuedPromptDeleted: _queued_deleted,
     ev.QueuedPromptMovedToHead: _queued_moved,
     ev.QueuedPromptPromoted: _promoted,
+    ev.QueuedPromptEdited: _queued_edited,
+    ev.QueuedPromptEditBegun: _edit_begun,
+    ev.QueuedPromptEditEnded: _edit_ended,
+    ev.ChatPaused: _paused,
+    ev.ChatResumed: _resumed,
+    ev.InvalidStateReconciled: _reconciled,
     ev.ToolCallsCanceled: _canceled,
     ev.InterruptRequested: _interrupt_requested,
     ev.InterruptionFinished: _interruption_finished,

@@ -3,6 +3,12 @@
 Message bodies live in the events; the state keeps, per message, its role, flags, turn and the tool-call
 ids it carries, which is what queue, cancellation and tool-result rules read. ``ChatState`` is a mutable
 Struct: ``evolve`` updates it in place (linear replay); two states compare with ``==``.
+
+Queue editing (spec/chatd-queue-editing.md, the ``editing_since`` design): at most one queued prompt is
+under edit (its ``QueuedPrompt.editing_since`` is set). A head under edit is never promoted:
+a busy or error chat whose *head* is under edit classifies as E1P/R1P/I1P/A1P (XE1P archived), and a turn
+that ends at such a head leaves the chat ``paused`` (P, idle like W). A row under edit behind the head
+changes nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from ledger.chat.values import ChatError, Message, QueuedPrompt, ToolCallPart, T
 
 #: tool names whose call/result marks a context boundary (compaction summary, cleared context)
 BOUNDARY_TOOLS = frozenset({"chat_summarized", "chat_cleared"})
+#: the queue cap of a send that names none (``send_message.max_queue_size``)
 MAX_QUEUE_SIZE = 20
 
 
@@ -119,16 +126,34 @@ class ChatState(msgspec.Struct, kw_only=True):
 
     @property
     def execution_state(self) -> str:
-        return classify(self.status, bool(self.queue), self.archived)
+        return classify(self.status, bool(self.queue), self.archived, self.head_under_edit)
+
+    @property
+    def head_under_edit(self) -> bool:
+        """The queue head is under edit (chatd's ``queuePaused``)."""
+        q = self.queue
+        return bool(q) and q[0].editing_since is not None
+
+    @property
+    def editing_queued_message_id(self) -> int | None:
+        """The queued prompt under edit (at most one), or None."""
+        for q in self.queue:
+            if q.editing_since is not None:
+                return q.queued_message_id
+        return None
 
     @property
     def owned(self) -> bool:
         return self.worker_id is not None
 
 
-def classify(status: str, queue_nonempty: bool, archived: bool) -> str:
-    """chatd's ClassifyExecutionState: status + queue + archived -> W, E0 ... XE1, or Invalid."""
-    digit = "1" if queue_nonempty else "0"
+def classify(status: str, queue_nonempty: bool, archived: bool, head_under_edit: bool = False) -> str:
+    """chatd's ClassifyExecutionState (the "1P" classifier): status + queue + archived + whether the
+    queue head is under edit -> W, E0 ... XE1P, P, or Invalid.
+
+    Invalid: waiting with a queue; ``paused`` without rows, with a head not under edit, or archived;
+    archived busy statuses; any other status."""
+    digit = ("1P" if head_under_edit else "1") if queue_nonempty else "0"
     if archived:
         if status == "waiting" and not queue_nonempty:
             return "XW"
@@ -137,11 +162,14 @@ def classify(status: str, queue_nonempty: bool, archived: bool) -> str:
         return "Invalid"
     if status == "waiting":
         return "Invalid" if queue_nonempty else "W"
+    if status == "paused":
+        return "P" if queue_nonempty and head_under_edit else "Invalid"
     prefix = {"error": "E", "running": "R", "interrupting": "I", "requires_action": "A"}.get(status)
     return prefix + digit if prefix else "Invalid"
 
 
-VALID_STATES = ("W", "E0", "E1", "R0", "R1", "I0", "I1", "A0", "A1", "XW", "XE0", "XE1")
+VALID_STATES = ("W", "E0", "E1", "E1P", "R0", "R1", "R1P", "I0", "I1", "I1P", "A0", "A1", "A1P", "P",
+                "XW", "XE0", "XE1", "XE1P")
 
 
 # -- queries over the message index ------------------------------------------------------------------

@@ -12,6 +12,8 @@ from uuid import UUID
 
 import msgspec
 
+from ledger.catalog.values import EffortLevel
+
 Role = Literal["user", "assistant", "tool", "system"]
 Visibility = Literal["user", "model", "both"]
 
@@ -99,6 +101,14 @@ class QueuedPrompt(msgspec.Struct, gc=False, omit_defaults=True, frozen=True, kw
 
     ``hook_prefix`` is inserted (stamped with ``turn_id``) just before the prompt when it is promoted;
     ``hook_allowed_tools`` narrows the chat's tool policy at promotion; None means no policy.
+    ``reasoning_effort`` is the effort the prompt asks for (set by an ``edit_queued_message`` override;
+    carried into history at promotion); None means the chat's. A queued prompt is a value: an edit of
+    its content replaces it in the chat's state (``QueuedPromptEdited``); the hook prefix and policy
+    it was queued with are kept.
+
+    ``editing_since`` is chat state, not part of what ``PromptQueued`` records (always None there): the
+    time the owner began editing the prompt (``QueuedPromptEditBegun``), None when it is not under edit.
+    At most one prompt of a chat is under edit.
     """
 
     queued_message_id: int
@@ -110,6 +120,18 @@ class QueuedPrompt(msgspec.Struct, gc=False, omit_defaults=True, frozen=True, kw
     hook_allowed_tools: list[str] | None = None
     model_config_id: UUID | None = None
     created_at: datetime | None = None
+    reasoning_effort: EffortLevel | None = None
+    editing_since: datetime | None = None
+
+
+def edited_prompt(prompt: QueuedPrompt, parts: list[Part], model_config_id: UUID | None,
+                  reasoning_effort: str | None) -> QueuedPrompt:
+    """A queued prompt with new content: the overrides given replace its model and reasoning effort,
+    those not given keep them (chatd EditQueuedMessage)."""
+    return msgspec.structs.replace(
+        prompt, parts=parts,
+        model_config_id=model_config_id if model_config_id is not None else prompt.model_config_id,
+        reasoning_effort=reasoning_effort if reasoning_effort is not None else prompt.reasoning_effort)
 
 
 def message_text(parts: list[Part]) -> str:

@@ -72,6 +72,7 @@ def status_values(s: ChatState) -> dict[str, Any]:
         "execution_state": s.execution_state,
         "archived": s.archived,
         "queue_length": len(s.queue),
+        "editing_queued_message_id": s.editing_queued_message_id,
         "last_error": to_jsonable(s.last_error) if s.last_error else None,
         "requires_action_deadline_at": s.requires_action_deadline_at,
         "compaction_requested_at": s.compaction_requested_at,
@@ -126,6 +127,9 @@ def unresolved_values(s: ChatState) -> list[dict[str, Any]]:
 
 
 def queue_row(chat_id: UUID, q: QueuedPrompt) -> dict[str, Any]:
+    """One queued prompt (typed values, as the view stores it). ``editing_since``: when the owner began
+    editing it (null: not under edit); ``reasoning_effort``: the effort it carries into history (an
+    edit's override; null: the chat's)."""
     return {
         "chat_id": uuid_str(chat_id),
         "queued_message_id": q.queued_message_id,
@@ -136,13 +140,15 @@ def queue_row(chat_id: UUID, q: QueuedPrompt) -> dict[str, Any]:
         "hook_prefix": to_jsonable(q.hook_prefix),
         "hook_allowed_tools": list(q.hook_allowed_tools) if q.hook_allowed_tools is not None else None,
         "model_config_id": _s(q.model_config_id),
+        "reasoning_effort": q.reasoning_effort,
+        "editing_since": q.editing_since,
     }
 
 
 def queue_rows(s: ChatState) -> list[dict[str, Any]]:
     """Queued prompts head first. ``position`` orders the queue (lowest first; promote-to-head gives
     the old lowest minus one), as chatd's ``chat_queued_messages.position``."""
-    return [queue_row(s.chat_id, q) for q in s.queue]
+    return [json_row(queue_row(s.chat_id, q)) for q in s.queue]
 
 
 def message_rows(events: Iterable[Any]) -> list[dict[str, Any]]:

@@ -11,7 +11,10 @@ AND a root chat AND a usable model resolves for the ``advisor`` context — driv
 is offered and whether the parent guidance is included, and makes ``advisor`` an exclusive tool. Uses are
 capped per turn (``advisor_max_uses_per_turn``); a use is an ``advice`` result. ``limit_reached`` and
 ``error`` results are not uses (the reference refunds a failed or empty nested run). Every variant is a
-non-error tool result whose body is ``{"type": ..., "remaining_uses": n, ...}``.
+non-error tool result whose body is ``{"type": ..., "remaining_uses": n, ...}``; a nested call's token
+``usage`` rides on its ``advice`` or ``error`` body. The question is validated first (the advisor plan:
+non-empty after trimming, at most ``ADVISOR_QUESTION_MAX_CHARS``): an invalid one is an error tool result
+(the text of ``advisor_question``'s refusal), no nested call is made and no use is spent.
 """
 
 from __future__ import annotations
@@ -21,11 +24,15 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 import msgspec
 
 from ledger.chat.state import ChatState, MessageInfo, active
-from ledger.chat.values import MessageInput, ToolResultPart
+from ledger.chat.values import MessageInput, ToolResultPart, Usage
+from ledger.errors import LedgerError
 
 ADVISOR = "advisor"
 #: Used when no deployment settings are given (the catalog's ``advisor_max_uses_per_turn`` replaces it).
 DEFAULT_ADVISOR_MAX_USES_PER_TURN = 3
+#: the longest question the parent agent may ask (chatadvisor ``advisorQuestionMaxRunes``; a Python
+#: string's length counts code points, as runes do)
+ADVISOR_QUESTION_MAX_CHARS = 2000
 
 def exclusive_call_error(tool_name: str) -> str:
     """The error result of an exclusive call that shares its batch (exact reference text)."""
@@ -185,21 +192,60 @@ def advisor_status(state: ChatState, settings: AdvisorSettings,
     )
 
 
+def advisor_question(question: Any) -> str:
+    """The parent agent's question, trimmed; ``advisor_question_invalid`` when it is not a non-empty
+    string (after trimming) of at most ``ADVISOR_QUESTION_MAX_CHARS`` characters."""
+    text = question.strip() if isinstance(question, str) else ""
+    if not text:
+        raise LedgerError("advisor_question_invalid", "question is required")
+    if len(text) > ADVISOR_QUESTION_MAX_CHARS:
+        raise LedgerError("advisor_question_invalid",
+                          f"question must be at most {ADVISOR_QUESTION_MAX_CHARS} characters, got {len(text)}")
+    return text
+
+
 def advisor_result(remaining_uses: int, *, advice: str | None = None, error: str | None = None,
-                   advisor_model: str | None = None) -> dict[str, Any]:
+                   advisor_model: str | None = None, usage: Usage | None = None) -> dict[str, Any]:
     """The result body of one advisor call, given the uses left before it (all variants are non-errors).
 
     * no use left: ``{"type": "limit_reached", "remaining_uses": 0}`` (the nested call is not made);
-    * the nested call failed or produced no text: ``{"type": "error", "error", "remaining_uses"}`` — not
-      a use, so ``remaining_uses`` is unchanged;
-    * otherwise ``{"type": "advice", "advice", "advisor_model"?, "remaining_uses": remaining - 1}``.
+    * the nested call failed or produced no text: ``{"type": "error", "error", "usage"?, "remaining_uses"}``
+      — not a use, so ``remaining_uses`` is unchanged;
+    * otherwise ``{"type": "advice", "advice", "advisor_model"?, "usage"?, "remaining_uses": remaining - 1}``.
+
+    ``usage`` is the nested call's token usage (the ``Usage`` fields; left out when not given).
     """
     if remaining_uses <= 0:
         return {"type": "limit_reached", "remaining_uses": 0}
     if error is not None or not (advice or "").strip():
-        return {"type": "error", "error": error or "advisor produced no text output",
-                "remaining_uses": remaining_uses}
-    body: dict[str, Any] = {"type": "advice", "advice": advice, "remaining_uses": remaining_uses - 1}
-    if advisor_model:
-        body["advisor_model"] = advisor_model
+        body: dict[str, Any] = {"type": "error", "error": error or "advisor produced no text output",
+                                "remaining_uses": remaining_uses}
+    else:
+        body = {"type": "advice", "advice": advice, "remaining_uses": remaining_uses - 1}
+        if advisor_model:
+            body["advisor_model"] = advisor_model
+    if usage is not None:
+        body["usage"] = msgspec.to_builtins(usage)
     return body
+
+
+class AdvisorToolResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What a runner commits for one ``advisor`` call: ``result`` (a body of ``advisor_result``, or the
+    question's refusal text) and whether it is an error result."""
+
+    result: Any
+    is_error: bool = False
+
+
+def advisor_tool_result(args: Mapping[str, Any], remaining_uses: int, *, advice: str | None = None,
+                        error: str | None = None, advisor_model: str | None = None,
+                        usage: Usage | None = None) -> AdvisorToolResult:
+    """The tool result of an ``advisor`` call with arguments ``args`` (``{"question": ...}``): an error
+    result with the refusal text when the question is invalid (no nested call, no use), else the
+    ``advisor_result`` body of the nested call's outcome."""
+    try:
+        advisor_question(args.get("question"))
+    except LedgerError as e:
+        return AdvisorToolResult(result=e.message, is_error=True)
+    return AdvisorToolResult(result=advisor_result(remaining_uses, advice=advice, error=error,
+                                                   advisor_model=advisor_model, usage=usage))

@@ -72,6 +72,14 @@ def test_models_and_resolve_model_json(db_url):
     assert view["effective"]["root"] == {"model_config_id": M1, "source": "org_default", "reason": None}
     assert view["effective"]["explore"] == {"model_config_id": M1, "source": "chat_model", "reason": None}
     assert set(view["effective"]) == {"root", "general", "explore", "title_generation", "compaction", "advisor"}
+    # the title override (M2) is disabled: that context fails hard; compaction falls back to the chat's model
+    assert view["effective"]["title_generation"] == {"model_config_id": None, "source": None, "reason": None,
+                                                     "error": "model_override_unusable"}
+    assert view["effective"]["compaction"]["model_config_id"] == M1
+    r = cli(db_url, "resolve-model", CHAT, "--context", "title_generation", "--json")
+    assert r.exit_code == 1
+    assert (f"error: model_override_unusable: the title_generation model override {M2} is not usable: "
+            "the model config is disabled (disabled)") in r.output
 
     r = cli(db_url, "resolve-model", CHAT, "--json")
     assert r.exit_code == 0, r.output

@@ -226,6 +226,10 @@ class CatalogMachine(RuleBasedStateMachine):
                 try:
                     r = resolve_model(context, facts, cat, dep.state if dep else None)  # type: ignore[arg-type]
                 except LedgerError as e:
+                    if e.code == "model_override_unusable":  # a configured title override fails hard
+                        override = cat.admin_overrides[context]
+                        assert context == "title_generation" and not cat.usable(override.model_config_id)
+                        continue
                     assert e.code == "no_default_model"
                     assert not cat.usable_configs()
                     continue

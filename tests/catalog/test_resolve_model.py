@@ -124,9 +124,37 @@ def test_admin_only_contexts(orgs, context):
     assert brief(resolve(orgs, context)) == (M2, "chat_model", None)
     admin(orgs, context, M3)
     assert brief(resolve(orgs, context))[:2] == (M3, "admin_override")
+
+
+@pytest.mark.parametrize("context", ["advisor", "compaction"])
+def test_an_unusable_advisor_or_compaction_override_falls_back_to_the_chat_model(orgs, context):
+    admin(orgs, context, M3)
     run(orgs, type="update_model_config", organization_id=ORG, model_config_id=M3, enabled=False)
     r = resolve(orgs, context)
     assert brief(r) == (M2, "chat_model", None) and r.ignored[0].reason == "disabled"
+
+
+#: requirements 001: a configured but unusable title_generation override is a hard failure of the context
+TITLE_FAILURES = {
+    "disabled": "the model config is disabled (disabled)",
+    "missing": "the model config does not exist (missing)",
+    "provider_disabled": "its provider is not enabled (provider_disabled)",
+    "credentials_unavailable": "its provider's credentials are unavailable (credentials_unavailable)",
+}
+
+
+@pytest.mark.parametrize("how", HOWS)
+def test_an_unusable_title_generation_override_fails_hard(orgs, how):
+    admin(orgs, "title_generation", M3)
+    make_unusable(orgs, how, model=M3)
+    with pytest.raises(LedgerError) as err:
+        resolve(orgs, "title_generation")
+    assert (err.value.code, err.value.message) == (
+        "model_override_unusable", f"the title_generation model override {M3} is not usable: {TITLE_FAILURES[how]}")
+    # the other contexts are unaffected, and without the override the chat's model is used
+    assert brief(resolve(orgs, "advisor")) == (M2, "chat_model", None)
+    admin(orgs, "title_generation", None)
+    assert brief(resolve(orgs, "title_generation")) == (M2, "chat_model", None)
 
 
 def test_compaction_uses_the_smaller_context_limit(orgs):

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime, timezone
 from typing import Any
 
 from commands.handler import command_from_dict, execute
+from ledger.base import Emitter
+from ledger.chat import events as ev
 from ledger.chat.aggregate import Chat
 
 ORG = "8a6f4d2e-1b3c-4d5e-8f70-000000000001"
@@ -49,6 +52,8 @@ def new_running_chat(app: Any, owned: bool = True) -> str:
     return chat_id
 
 
+BEGIN_EDIT = {"type": "edit_queued_message", "queued_message_id": 1, "editing": True}
+
 #: state -> steps from the R0 base chat
 RECIPES: dict[str, list[dict[str, Any]]] = {
     "R0": [],
@@ -64,11 +69,38 @@ RECIPES: dict[str, list[dict[str, Any]]] = {
     "XE0": [{"type": "finish_error", "error": {"message": "boom"}}, {"type": "set_archived", "archived": True}],
     "XE1": [{"type": "send_message", "text": "queued"}, {"type": "finish_error", "error": {"message": "boom"}},
             {"type": "set_archived", "archived": True}],
+    # the queue head (prompt 1) under edit
+    "R1P": [{"type": "send_message", "text": "queued"}, BEGIN_EDIT],
+    "E1P": [{"type": "send_message", "text": "queued"}, BEGIN_EDIT, {"type": "finish_error", "error": {"message": "boom"}}],
+    "I1P": [{"type": "send_message", "text": "queued"}, BEGIN_EDIT, {"type": "interrupt"}],
+    "A1P": [{"type": "enter_requires_action"}, {"type": "send_message", "text": "queued"}, BEGIN_EDIT],
+    "P": [{"type": "send_message", "text": "queued"}, BEGIN_EDIT, {"type": "finish_turn"}],
+    "XE1P": [{"type": "send_message", "text": "queued"}, BEGIN_EDIT, {"type": "finish_error", "error": {"message": "boom"}},
+             {"type": "set_archived", "archived": True}],
 }
 STATES = tuple(RECIPES)
 
 
+def record_raw(app: Any, chat_id: str, event_class: type, **fields: Any) -> None:
+    """Append one event to a chat's stream through the store without deciding it — what an imported
+    or legacy log may hold (``events import`` records stored events as they are)."""
+    agg = app.load(uuid.UUID(chat_id))
+    em = Emitter(agg.id, agg.version, datetime.now(timezone.utc))
+    agg.record([em.emit(event_class, **fields)])
+    app.save(agg)
+
+
+def invalid_chat(app: Any, owned: bool = True) -> str:
+    """Invalid (a running chat with a queue, archived): R1 plus an ``ArchivedSet`` no decision records."""
+    chat_id = chat_in(app, "R1", owned)
+    record_raw(app, chat_id, ev.ArchivedSet, archived=True)
+    assert chat_state(app, chat_id).execution_state == "Invalid"
+    return chat_id
+
+
 def chat_in(app: Any, state: str, owned: bool = True) -> str:
+    if state == "Invalid":
+        return invalid_chat(app, owned)
     chat_id = new_running_chat(app, owned)
     for step in RECIPES[state]:
         run(app, chat_id=chat_id, **step)

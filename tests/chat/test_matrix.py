@@ -1,6 +1,8 @@
-"""Every row of the transition matrix (reference §3): accepted from each allowed state with the right
-resulting state; refused from every other state with ``transition_not_allowed`` and the exact message,
-leaving the stream version unchanged."""
+"""Every row of the transition matrix (reference §3 and the "1P" matrix of chatd-queue-editing.md §2):
+accepted from each allowed state with the right resulting state; refused from every other state with
+``transition_not_allowed`` and the exact message (from Invalid: ``invalid_state``), leaving the stream
+version unchanged. The states include the queue-editing ones (E1P, R1P, I1P, A1P, P, XE1P: prompt 1, the
+head, under edit) and Invalid (a running chat archived by an imported event)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ import pytest
 
 from ledger.chat.decide import MATRIX
 from ledger.errors import LedgerError
-from tests.chat.helpers import RESOLVE_DYNAMIC, STATES, chat_in, chat_state, run
+from tests.chat.helpers import RESOLVE_DYNAMIC, STATES as VALID, chat_in, chat_state, run
+
+STATES = VALID + ("Invalid",)
 
 # transition -> (command without chat_id, expected result state per from-state when the matrix allows several)
 COMMANDS: dict[str, dict[str, Any]] = {
@@ -34,6 +38,8 @@ COMMANDS: dict[str, dict[str, Any]] = {
     "FinishError": {"type": "finish_error", "error": {"message": "provider failed", "kind": "generic"}},
     "FailIdle": {"type": "fail_idle", "error": "agent unreachable"},
     "EndChat": {"type": "end_chat"},
+    "EditQueuedMessage": {"type": "edit_queued_message", "queued_message_id": 1, "editing": True},
+    "ReconcileInvalidState": {"type": "reconcile_invalid_state"},
 }
 # With one queued prompt, which of the matrix's outputs each from-state leads to.
 EXPECTED = {
@@ -41,8 +47,19 @@ EXPECTED = {
     ("DeleteQueuedMessage", "I1"): "I0", ("DeleteQueuedMessage", "A1"): "A0",
     ("PromoteQueuedMessage", "E1"): "R0", ("PromoteQueuedMessage", "A1"): "R0",
     ("FinishTurn", "R1"): "R0", ("FinishInterruption", "I1"): "R0",
+    # a head under edit: deleting it empties the queue (from P: resumes to waiting)
+    ("DeleteQueuedMessage", "E1P"): "E0", ("DeleteQueuedMessage", "R1P"): "R0",
+    ("DeleteQueuedMessage", "I1P"): "I0", ("DeleteQueuedMessage", "A1P"): "A0", ("DeleteQueuedMessage", "P"): "W",
+    # sending it now ends its edit and promotes it
+    ("PromoteQueuedMessage", "E1P"): "R0", ("PromoteQueuedMessage", "A1P"): "R0", ("PromoteQueuedMessage", "P"): "R0",
+    # beginning the edit of the head (a no-op when it is already under edit)
+    ("EditQueuedMessage", "E1"): "E1P", ("EditQueuedMessage", "R1"): "R1P", ("EditQueuedMessage", "I1"): "I1P",
+    ("EditQueuedMessage", "A1"): "A1P", ("EditQueuedMessage", "E1P"): "E1P", ("EditQueuedMessage", "R1P"): "R1P",
+    ("EditQueuedMessage", "I1P"): "I1P", ("EditQueuedMessage", "A1P"): "A1P", ("EditQueuedMessage", "P"): "P",
+    ("ReconcileInvalidState", "Invalid"): "E1",  # the queue is kept
 }
 NAME = {"SendMessageInterrupt": "SendMessage"}
+REASON = {"ReconcileInvalidState": ": reconcile is only valid for invalid states"}
 
 
 def _cases(allowed: bool) -> list[tuple[str, str]]:
@@ -76,29 +93,36 @@ def test_refused(memory_app, transition: str, state: str) -> None:
     head = memory_app.head()
     with pytest.raises(LedgerError) as err:
         run(memory_app, chat_id=chat_id, **COMMANDS[transition])
-    assert err.value.code == "transition_not_allowed"
-    assert err.value.message == f"chat state transition {NAME.get(transition, transition)} not allowed from state {state}"
+    if state == "Invalid":
+        assert (err.value.code, err.value.message) == ("invalid_state", "chat is in an invalid execution state")
+    else:
+        assert err.value.code == "transition_not_allowed"
+        assert err.value.message == (f"chat state transition {NAME.get(transition, transition)} not allowed from "
+                                     f"state {state}{REASON.get(transition, '')}")
     assert chat_state(memory_app, chat_id) == before
     assert memory_app.head() == head
 
 
 @pytest.mark.parametrize("state", STATES)
 def test_set_archived(memory_app, state: str) -> None:
-    """Archive from W/E0/E1, unarchive from XW/XE0/XE1; busy states refuse."""
+    """Archive from W/E0/E1/E1P, unarchive from XW/XE0/XE1/XE1P; busy and paused states refuse."""
     chat_id = chat_in(memory_app, state)
     archived = not chat_state(memory_app, chat_id).archived
+    version = chat_state(memory_app, chat_id).version
     if state in MATRIX["SetArchived"]:
         result = run(memory_app, type="set_archived", chat_id=chat_id, archived=archived)
         assert result["execution_state"] == MATRIX["SetArchived"][state][0]
     else:
-        version = chat_state(memory_app, chat_id).version
         with pytest.raises(LedgerError) as err:
             run(memory_app, type="set_archived", chat_id=chat_id, archived=archived)
-        assert err.value.message == f"chat state transition SetArchived not allowed from state {state}"
+        if state == "Invalid":
+            assert err.value.code == "invalid_state"
+        else:
+            assert err.value.message == f"chat state transition SetArchived not allowed from state {state}"
         assert chat_state(memory_app, chat_id).version == version
 
 
-@pytest.mark.parametrize("state", STATES)
+@pytest.mark.parametrize("state", VALID)
 def test_acquire_and_abandon_in_any_state(memory_app, state: str) -> None:
     chat_id = chat_in(memory_app, state)
     before = chat_state(memory_app, chat_id)

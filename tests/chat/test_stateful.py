@@ -1,12 +1,15 @@
 """Hypothesis drives random command sequences (every command type) through the real handler and checks,
-after every step: the execution state is valid; waiting implies an empty queue; the tool policy never
-widens; every tool call is resolved at most once; the state rebuilt by replay from the store equals the
-live (in-process) state; message ids are unique and increasing."""
+after every step: the execution state is valid; waiting implies an empty queue; paused implies the head
+is under edit, and at most one queued prompt is; the tool policy never widens; every tool call is
+resolved at most once; the state rebuilt by replay from the store equals the live (in-process) state;
+message ids are unique and increasing; each result says what its command did (the message ids it
+inserted, a queued id still queued, a promoted id no longer queued)."""
 
 from __future__ import annotations
 
 import copy
 import uuid
+from datetime import datetime, timezone
 from typing import Any
 
 import hypothesis.strategies as st
@@ -15,6 +18,8 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precon
 
 import commands.uow as uow_module
 from commands.handler import command_from_dict, execute
+from ledger.base import Emitter
+from ledger.chat import events as ev
 from ledger.chat.state import VALID_STATES, outstanding_tool_calls
 from ledger.chat.views import message_rows
 from ledger.errors import LedgerError
@@ -75,15 +80,25 @@ class ChatMachine(RuleBasedStateMachine):
 
     def do(self, **command: Any) -> dict[str, Any] | None:
         LiveUnitOfWork.last = None
+        chat = uuid.UUID(command["chat_id"]) if command.get("chat_id") and command["type"] != "create_chat" else None
+        before = len(self.state(chat).messages) if chat in self.live else 0
         try:
             result = execute(self.app, command_from_dict(command))
         except LedgerError as e:
-            assert e.code != "invalid_command" or "Title" in e.message, e
+            assert e.code != "invalid_command" or any(
+                why in e.message for why in ("Title", "max queue size must be positive", "require content")), e
             self.refusals += 1
             return None
         if LiveUnitOfWork.last is not None:
             for agg_id, agg in LiveUnitOfWork.last._dirty.items():
                 self.live[agg_id] = agg
+        if "execution_state" in result:
+            s = self.state(uuid.UUID(result["chat_id"]))
+            assert result["message_ids"] == list(range(before + 1, len(s.messages) + 1)), (command, result)
+            queued = [q.queued_message_id for q in s.queue]
+            assert result.get("queued_message_id") in queued + [None], (command, result)
+            assert result.get("promoted_queued_message_id") not in queued, (command, result)
+            assert (result["execution_state"], result["queue_length"]) == (s.execution_state, len(s.queue))
         return result
 
     def state(self, chat_id: uuid.UUID) -> Any:
@@ -110,14 +125,53 @@ class ChatMachine(RuleBasedStateMachine):
         self.policies[chat_id] = self.state(chat_id).hook_allowed_tools
         return chat_id
 
-    @rule(chat=chats, text=texts, interrupt=st.booleans(), policy=policies, prefix=prefixes)
-    def send(self, chat, text, interrupt, policy, prefix):
+    @rule(chat=chats, text=texts, interrupt=st.booleans(), policy=policies, prefix=prefixes,
+          cap=st.none() | st.sampled_from([0, 1, 2, 30]))
+    def send(self, chat, text, interrupt, policy, prefix, cap):
         self.do(type="send_message", chat_id=str(chat), text=text, busy_behavior="interrupt" if interrupt else "queue",
-                hook_allowed_tools=policy, prefix_messages=prefix)
+                hook_allowed_tools=policy, prefix_messages=prefix, max_queue_size=cap)
 
-    @rule(chat=chats, message_id=st.integers(1, 30), text=texts, prefix=prefixes)
-    def edit(self, chat, message_id, text, prefix):
-        self.do(type="edit_message", chat_id=str(chat), message_id=message_id, text=text, prefix_messages=prefix)
+    @rule(chat=chats, message_id=st.integers(1, 30), text=texts, prefix=prefixes, policy=policies)
+    def edit(self, chat, message_id, text, prefix, policy):
+        self.do(type="edit_message", chat_id=str(chat), message_id=message_id, text=text, prefix_messages=prefix,
+                hook_allowed_tools=policy)
+
+    @rule(chat=chats, data=st.data(), editing=st.sampled_from([None, True, True, False]),
+          text=st.none() | texts, effort=st.sampled_from([None, "low", "high"]))
+    def edit_queued(self, chat, data, editing, text, effort):
+        """Begin/end editing a queued prompt (mostly one that is queued, mostly the head: that is what
+        pauses), replace its content (with a reasoning-effort override, which needs content)."""
+        if chat in self.live and not self.state(chat).queue and self.state(chat).status in (
+                "running", "interrupting", "requires_action"):
+            self.do(type="send_message", chat_id=str(chat), text="to edit")  # something to edit
+        ids = [q.queued_message_id for q in self.state(chat).queue] if chat in self.live else []
+        qid = data.draw(st.sampled_from(ids[:1] * 3 + ids + [99]), label="qid")
+        self.do(type="edit_queued_message", chat_id=str(chat), queued_message_id=qid, editing=editing, text=text,
+                reasoning_effort=effort if text is not None else None)
+
+    @rule(chat=chats, reason=st.none() | texts)
+    def reconcile(self, chat, reason):
+        """Refused from every valid state; a chat an imported event left Invalid is reconciled at once (so
+        the invariants, checked after the rule, see a valid state): error, unarchived, queue kept."""
+        self.do(type="reconcile_invalid_state", chat_id=str(chat), cancellation_reason=reason)
+        if chat not in self.live:
+            return
+        agg = copy.deepcopy(self.live[chat])
+        s = agg.state
+        em = Emitter(agg.id, agg.version, datetime.now(timezone.utc))
+        queue = [q.queued_message_id for q in s.queue]
+        if queue:
+            event = em.emit(ev.ChatResumed, cause="edit_ended", status="waiting")  # waiting with rows
+        else:
+            event = em.emit(ev.ChatPaused, queued_message_id=1)  # paused without rows
+        agg.record([event])
+        self.app.save(agg)
+        self.live[chat] = agg
+        assert agg.state.execution_state == "Invalid"
+        result = self.do(type="reconcile_invalid_state", chat_id=str(chat), cancellation_reason=reason)
+        assert result is not None and result["execution_state"] in ("E0", "E1", "E1P")
+        s = self.state(chat)
+        assert [q.queued_message_id for q in s.queue] == queue and not s.archived and s.status == "error"
 
     @rule(chat=chats, qid=st.integers(1, 8), promote=st.booleans())
     def queued(self, chat, qid, promote):
@@ -154,8 +208,9 @@ class ChatMachine(RuleBasedStateMachine):
         results = data.draw(st.sampled_from([pending, pending[:1], pending + ["zz"], pending + pending[:1]]),
                             label="results")
         output = data.draw(st.sampled_from(['"ok"', "{bad"]), label="output")
+        suffix = data.draw(prefixes, label="suffix")
         self.do(type="complete_requires_action", chat_id=str(chat),
-                results=[{"tool_call_id": r, "output": output} for r in results])
+                results=[{"tool_call_id": r, "output": output} for r in results], suffix_messages=suffix)
 
     @rule(chat=chats, partial=st.booleans())
     def finish_interruption(self, chat, partial):
@@ -175,7 +230,10 @@ class ChatMachine(RuleBasedStateMachine):
         st_ = s.execution_state
         pending = outstanding_tool_calls(s)
         dynamic = [c for c in pending if c.tool_name in s.dynamic_tools]
-        if st_[0] == "R" and dynamic and len(dynamic) == len(pending):
+        if st_ in ("R1P", "I1P") and len(text) % 2:
+            # the turn ends at the head under edit: paused
+            self.do(type="finish_turn" if st_ == "R1P" else "interrupt", chat_id=str(chat))
+        elif st_[0] == "R" and dynamic and len(dynamic) == len(pending):
             self.do(type="enter_requires_action", chat_id=str(chat))
         elif st_[0] == "R" and pending:
             self.do(type="commit_step", chat_id=str(chat), messages=[
@@ -192,6 +250,9 @@ class ChatMachine(RuleBasedStateMachine):
                     results=[{"tool_call_id": c.tool_call_id, "output": '"done"'} for c in dynamic])
         elif st_[0] == "I":
             self.finish_interruption(chat, True)
+        elif st_ == "P":
+            self.do(type="edit_queued_message", chat_id=str(chat), queued_message_id=s.queue[0].queued_message_id,
+                    editing=False, text=text if len(text) % 2 else None)
         else:
             self.do(type="send_message", chat_id=str(chat), text=text)
 
@@ -228,6 +289,9 @@ class ChatMachine(RuleBasedStateMachine):
             assert s.execution_state in VALID_STATES, (chat_id, s.status, s.queue, s.archived)
             if s.status == "waiting":
                 assert not s.queue
+            if s.status == "paused":
+                assert s.queue and s.queue[0].editing_since is not None and not s.archived
+            assert sum(q.editing_since is not None for q in s.queue) <= 1
 
     @invariant()
     def policy_never_widens(self):

@@ -282,7 +282,10 @@ def test_unowned_interrupting_send_promotes_the_new_prompt(memory_app):
     assistant_calls(memory_app, chat_id, ("c1", "execute"))
     result = run(memory_app, type="send_message", chat_id=chat_id, text="instead", busy_behavior="interrupt")
     assert result["execution_state"] == "R0"
-    assert result["queued_message_id"] == result["promoted_queued_message_id"] == 1
+    # queued and promoted by this command: reported as inserted, not queued (reference §3.1)
+    assert "queued_message_id" not in result and result["promoted_queued_message_id"] == 1
+    prompt = messages(memory_app, chat_id)[-1]
+    assert result["message_ids"][-1] == prompt["message_id"]
     assert _last_cancel(memory_app, chat_id).reason == d.NEW_USER_MESSAGE
     assert messages(memory_app, chat_id)[-1]["parts"][0]["text"] == "instead"
 

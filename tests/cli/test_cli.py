@@ -19,14 +19,15 @@ SCENARIOS = sorted((REPO / "examples" / "scenarios").glob("*.jsonl"))
 
 STATUS_KEYS = {
     "chat_id", "organization_id", "owner_id", "parent_chat_id", "root_chat_id", "title", "status",
-    "execution_state", "archived", "queue_length", "last_error", "requires_action_deadline_at",
+    "execution_state", "archived", "queue_length", "editing_queued_message_id", "last_error",
+    "requires_action_deadline_at",
     "compaction_requested_at", "hook_allowed_tools", "model_config_id", "turn_id", "generation_attempt",
     "history_version", "worker_id", "runner_id", "message_count", "version", "updated_at",
 }
 MESSAGE_KEYS = {"message_id", "role", "parts", "visibility", "turn_id", "created_by", "model_config_id", "deleted",
                 "compressed", "created_at"}
 QUEUE_KEYS = {"chat_id", "queued_message_id", "position", "created_by", "text", "turn_id", "hook_prefix",
-              "hook_allowed_tools", "model_config_id"}
+              "hook_allowed_tools", "model_config_id", "reasoning_effort", "editing_since"}
 UNRESOLVED_KEYS = {"chat_id", "assistant_message_id", "tool_call_id", "tool_name", "kind", "execution_id", "args",
                    "since"}
 #: every chat command result has these (CONTRACT §4); others "as relevant" (and fields may be added)

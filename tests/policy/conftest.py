@@ -11,3 +11,9 @@ from tests.chat.helpers import setup_org
 def memory_app(memory_app):
     setup_org(memory_app)
     return memory_app
+
+
+@pytest.fixture
+def app(app):
+    setup_org(app)
+    return app

@@ -10,14 +10,18 @@ import msgspec
 import pytest
 
 from commands.handler import command_from_dict, execute
+from ledger.chat.values import Usage
 from ledger.chat.views import message_rows
+from ledger.errors import LedgerError
 from ledger.policy.generation import GenerationSettings, PlannedCall, next_action
 from ledger.policy.tools import (
     AdvisorSettings,
     advisor_eligibility,
+    advisor_question,
     advisor_result,
     advisor_result_bodies,
     advisor_status,
+    advisor_tool_result,
     advisor_uses_this_turn,
     apply_exclusive_policy,
     blocking_exclusive_tool,
@@ -189,3 +193,77 @@ def test_advisor_result_bodies_come_from_message_rows():
 ])
 def test_advisor_result_variants(remaining, kw, expected):
     assert advisor_result(remaining, **kw) == expected
+
+
+# -- the advisor's question and usage (requirements 001: "validate Question is non-empty and bounded";
+#    the result carries usage) --------------------------------------------------------------------------
+
+LONGEST = "q" * 2000
+
+
+@pytest.mark.parametrize("args,expected", [
+    ({"question": "Which migration order is safer?"}, (False, "advice")),
+    ({"question": "  padded  "}, (False, "advice")),
+    ({"question": LONGEST}, (False, "advice")),
+    ({"question": " " + LONGEST + "\n"}, (False, "advice")),  # bounded after trimming
+    ({"question": ""}, (True, "question is required")),
+    ({"question": " \n\t "}, (True, "question is required")),
+    ({}, (True, "question is required")),
+    ({"question": None}, (True, "question is required")),
+    ({"question": 42}, (True, "question is required")),
+    ({"question": LONGEST + "q"}, (True, "question must be at most 2000 characters, got 2001")),
+])
+def test_advisor_question_is_validated_before_any_nested_call(args, expected):
+    out = advisor_tool_result(args, 2, advice="do x", usage=Usage(input_tokens=10, output_tokens=3, total_tokens=13))
+    is_error, what = expected
+    assert out.is_error is is_error
+    if is_error:
+        assert out.result == what  # the error result's text; no nested call, no use spent
+        with pytest.raises(LedgerError) as err:
+            advisor_question(args.get("question"))
+        assert (err.value.code, err.value.message) == ("advisor_question_invalid", what)
+    else:
+        assert out.result == {"type": "advice", "advice": "do x", "remaining_uses": 1,
+                              "usage": {"input_tokens": 10, "output_tokens": 3, "total_tokens": 13}}
+        assert advisor_question(args["question"]) == args["question"].strip()
+
+
+def test_usage_rides_on_advice_and_error_bodies_never_on_limit_reached():
+    usage = Usage(input_tokens=7, cache_read_tokens=2, output_tokens=1, total_tokens=10)
+    as_json = {"input_tokens": 7, "output_tokens": 1, "cache_read_tokens": 2, "total_tokens": 10}
+    assert advisor_result(1, error="timeout", usage=usage) == {
+        "type": "error", "error": "timeout", "remaining_uses": 1, "usage": as_json}
+    assert advisor_result(0, advice="x", usage=usage) == {"type": "limit_reached", "remaining_uses": 0}
+    assert "usage" not in advisor_result(1, advice="x")
+
+
+def test_advisor_results_recorded_through_the_handler_count_only_valid_advice(app):
+    """On SQLite and PostgreSQL: a turn with three advisor calls — a valid question (advice with usage),
+    an empty question (an error result), a question too long (an error result) — committed as a runner
+    would; read back, only the first is a use and it carries its usage."""
+    chat_id = execute(app, command_from_dict({"type": "create_chat", "organization_id": ORG, "owner_id": OWNER,
+                                              "text": "plan the migration"}))["chat_id"]
+    questions = {"a1": "Which order is safer?", "a2": "   ", "a3": LONGEST + "!"}
+    settings = AdvisorSettings(enabled=True, model_usable=True, max_uses_per_turn=2)
+    usage = Usage(input_tokens=120, output_tokens=30, total_tokens=150)
+    for cid, question in questions.items():
+        execute(app, command_from_dict({"type": "commit_step", "chat_id": chat_id, "messages": [
+            {"role": "assistant", "parts": [{"type": "tool-call", "tool_call_id": cid, "tool_name": "advisor",
+                                             "args": {"question": question}}]}]}))
+        remaining = advisor_status(chat_state(app, chat_id), settings,
+                                   advisor_result_bodies(message_rows(app.stream(uuid.UUID(chat_id))))).remaining_uses
+        out = advisor_tool_result({"question": question}, remaining, advice="Migrate the schema first.",
+                                  advisor_model="openai/gpt-5", usage=usage)
+        execute(app, command_from_dict({"type": "commit_step", "chat_id": chat_id, "messages": [
+            {"role": "tool", "parts": [{"type": "tool-result", "tool_call_id": cid, "tool_name": "advisor",
+                                        "result": out.result, "is_error": out.is_error}]}]}))
+    rows = message_rows(app.stream(uuid.UUID(chat_id)))
+    recorded = {p["tool_call_id"]: p for r in rows for p in r["parts"] if p["type"] == "tool-result"}
+    assert recorded["a1"]["result"] == {"type": "advice", "advice": "Migrate the schema first.",
+                                        "advisor_model": "openai/gpt-5", "remaining_uses": 1,
+                                        "usage": {"input_tokens": 120, "output_tokens": 30, "total_tokens": 150}}
+    assert (recorded["a2"]["result"], recorded["a2"]["is_error"]) == ("question is required", True)
+    assert (recorded["a3"]["result"], recorded["a3"]["is_error"]) == (
+        "question must be at most 2000 characters, got 2001", True)
+    status = advisor_status(chat_state(app, chat_id), settings, advisor_result_bodies(rows))
+    assert (status.uses_this_turn, status.remaining_uses) == (1, 1)

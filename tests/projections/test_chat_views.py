@@ -12,11 +12,12 @@ from hypothesis import strategies as st
 
 from commands.handler import command_from_dict, execute
 from commands.queries import chat_ids
+from ledger.chat import events as ev
 from ledger.chat.views import queue_row, status_values, unresolved_values
 from ledger.errors import LedgerError
 from projections import catch_up, maintained_version
 from projections.chats import ChatViews
-from tests.chat.helpers import setup_org
+from tests.chat.helpers import record_raw, setup_org
 from tests.projections.projection_kit import read_build
 from tests.projections.test_projection_exactly_once import drive
 
@@ -44,6 +45,17 @@ ACTIONS = st.sampled_from([
     {"type": "acquire", "worker_id": OWNER, "runner_id": OWNER},
     {"type": "finish_error", "error": {"message": "boom"}},
     {"type": "end_chat"},
+    # queue editing: begin/end an edit (the head's pauses a turn that ends there), new content, a cap
+    {"type": "edit_queued_message", "queued_message_id": 1, "editing": True},
+    {"type": "edit_queued_message", "queued_message_id": 2, "editing": True},
+    {"type": "edit_queued_message", "queued_message_id": 1, "editing": False, "text": "revised",
+     "reasoning_effort": "high"},
+    {"type": "edit_queued_message", "queued_message_id": 2, "text": "second, revised"},
+    {"type": "send_message", "text": "capped", "max_queue_size": 2},
+    {"type": "edit_message", "message_id": 1, "text": "narrowed", "hook_allowed_tools": ["read"]},
+    {"type": "complete_requires_action", "results": [{"tool_call_id": "c2", "output": "1"}],
+     "suffix_messages": [{"role": "user", "visibility": "model", "parts": [{"type": "text", "text": "post"}]}]},
+    {"type": "reconcile_invalid_state"},  # after an imported event leaves the chat Invalid (``record``)
 ])
 
 
@@ -56,10 +68,20 @@ def record(app: Any, n_chats: int, steps: list[tuple[int, dict[str, Any]]]) -> N
                                             "text": f"chat {i}", "dynamic_tools": ["ask"]}))
         ids.append(r["chat_id"])
     for i, action in steps:
+        if action["type"] == "reconcile_invalid_state":
+            make_invalid(app, ids[i % n_chats])
         try:
             execute(app, command_from_dict({"chat_id": ids[i % n_chats], **action}))
         except LedgerError:
             pass
+
+
+def make_invalid(app: Any, chat_id: str) -> None:
+    """What an imported log may hold: a chat waiting with queued prompts, or paused without any."""
+    if app.load(uuid.UUID(chat_id)).state.queue:
+        record_raw(app, chat_id, ev.ChatResumed, cause="edit_ended", status="waiting")
+    else:
+        record_raw(app, chat_id, ev.ChatPaused, queued_message_id=1)
 
 
 def renamed(cls: type, app: Any, suffix: str) -> Any:
@@ -157,3 +179,31 @@ def test_cli_rebuild_and_catch_up_take_a_batch_size(app: Any, backend: Any, db_u
     assert read_build(backend, ChatViews(app), live) == replayed_rows(app)[ChatViews.name]
     refused = CliRunner().invoke(main, ["--db", db_url, "projections", "rebuild", "--batch-size", "0"])
     assert refused.exit_code == 2 and "--batch-size" in refused.output
+
+
+def test_the_views_show_the_row_under_edit_and_the_paused_state(app: Any, backend: Any) -> None:
+    """``queue`` rows carry ``editing_since`` (and an edit's ``reasoning_effort``); ``status`` shows
+    ``paused``/P and the prompt under edit; every step is caught up in its own batch and compared with
+    the replayed state."""
+    record(app, 1, [])
+    (chat_id,) = [str(c) for c in chat_ids(app)]
+    p = renamed(ChatViews, app, f"e{uuid.uuid4().hex[:6]}")
+    steps = [{"type": "acquire", "worker_id": OWNER, "runner_id": OWNER},
+             {"type": "send_message", "text": "first"}, {"type": "send_message", "text": "second"},
+             {"type": "edit_queued_message", "queued_message_id": 1, "editing": True},
+             {"type": "finish_turn"},
+             {"type": "edit_queued_message", "queued_message_id": 1, "text": "first, revised", "reasoning_effort": "low"},
+             {"type": "edit_queued_message", "queued_message_id": 1, "editing": False}]
+    seen = []
+    for step in steps:
+        execute(app, command_from_dict({"chat_id": chat_id, **step}))
+        catch_up(app, p, backend, batch_size=1)
+        assert read_build(backend, p) == replayed_rows(app)[ChatViews.name]
+        (status,) = backend.query(p.name, "chat_status")
+        queue = backend.query(p.name, "chat_queue", order_by=["position"])
+        seen.append((status["status"], status["execution_state"], status["editing_queued_message_id"],
+                     [(q["queued_message_id"], q["editing_since"] is not None, q["reasoning_effort"]) for q in queue]))
+    assert seen[3] == ("running", "R1P", 1, [(1, True, None), (2, False, None)])
+    assert seen[4] == ("paused", "P", 1, [(1, True, None), (2, False, None)])
+    assert seen[5] == ("paused", "P", 1, [(1, True, "low"), (2, False, None)])
+    assert seen[6] == ("running", "R1", None, [(2, False, None)])  # the edit ended: resumed, prompt 1 promoted

@@ -100,7 +100,7 @@ def full_prompt() -> QueuedPrompt:
     return QueuedPrompt(
         queued_message_id=4, position=2, parts=[TextPart(text="queued prompt"), FilePart(file_id="f2")],
         created_by=uuid4(), turn_id=uuid4(), hook_prefix=prefix, hook_allowed_tools=["read_file", "search"],
-        model_config_id=uuid4(), created_at=T0 + timedelta(seconds=1, microseconds=7),
+        model_config_id=uuid4(), created_at=T0 + timedelta(seconds=1, microseconds=7), reasoning_effort="low",
     )
 
 
@@ -128,7 +128,15 @@ def samples(chat_id: UUID) -> dict[type, dict[str, Any]]:
         ev.QueuedPromptPromoted: dict(queued_message_id=4, turn_id=uuid4(), prompt_message_id=7,
                                       messages=[small_message(6, text="[hook]"), full_message(7)],
                                       hook_allowed_tools=None, tool_policy_before=None, tool_policy=None,
-                                      model_config_id=None, model_resolution=None),
+                                      model_config_id=None, model_resolution=None, reasoning_effort="xhigh"),
+        ev.QueuedPromptEdited: dict(queued_message_id=4, parts=[TextPart(text="revised ✓"), FilePart(file_id="f3")],
+                                    model_config_id=uuid4(), reasoning_effort="high"),
+        ev.QueuedPromptEditBegun: dict(queued_message_id=4),
+        ev.QueuedPromptEditEnded: dict(queued_message_id=4, cause="moved"),
+        ev.ChatPaused: dict(queued_message_id=4),
+        ev.ChatResumed: dict(cause="queued_deleted", status="waiting", queued_message_id=4),
+        ev.InvalidStateReconciled: dict(last_error=ChatError(message="chat was in an invalid state", kind="generic"),
+                                        status_before="paused", archived_before=True),
         ev.ToolCallsCanceled: dict(reason="Tool execution interrupted by user", dynamic_only=True,
                                    messages=[Message(message_id=8, role="tool", parts=[ToolResultPart(
                                        tool_call_id="call_9", tool_name="ask_user",
@@ -297,7 +305,8 @@ def test_payload_bytes_are_in_the_configured_format(db_url: str, payload_format:
         assert "originator_id" not in payload and "originator_version" not in payload
         assert "timestamp" in payload
         # class_version is only written when > 1; None idempotency_key/actor are left out
-        assert "class_version" not in payload
+        code_version = TOPICS[topic].class_version
+        assert payload.get("class_version", 1) == code_version and ("class_version" in payload) == (code_version > 1)
         assert ("idempotency_key" in payload) == bool(version % 2)
 
 
