@@ -106,20 +106,45 @@ _by = click.option("--by", "created_by", default=None, help="User UUID sending i
 _reason = click.option("--reason", default=None)
 
 
-def _send(text: str, interrupt: bool, allow_tool: tuple[str, ...], prefix: tuple[str, ...], **kw: Any) -> dict[str, Any]:
-    return {"text": text, "busy_behavior": "interrupt" if interrupt else "queue",
-            "hook_allowed_tools": list(allow_tool) or None,
-            "prefix_messages": [{"role": "user", "visibility": "model", "parts": [{"type": "text", "text": p}]}
-                                for p in prefix], **kw}
+def _model_only(texts: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Hook prefix / suffix texts as model-only user messages."""
+    return [{"role": "user", "visibility": "model", "parts": [{"type": "text", "text": t}]} for t in texts]
+
+
+def _hooked(allow_tool: tuple[str, ...], prefix: tuple[str, ...], **kw: Any) -> dict[str, Any]:
+    return {"hook_allowed_tools": list(allow_tool) or None, "prefix_messages": _model_only(prefix), **kw}
+
+
+def _send(interrupt: bool, **kw: Any) -> dict[str, Any]:
+    return _hooked(busy_behavior="interrupt" if interrupt else "queue", **kw)
+
+
+_allow_tool = click.option("--allow-tool", multiple=True, help="Hook tool policy for this prompt (repeat).")
+_prefix = click.option("--prefix", multiple=True, help="Hook prefix text (model-only user message; repeat).")
 
 
 _chat_command("send", "send_message", "Send a user message (queued while the chat is busy).", _text, _by, _model,
               click.option("--interrupt", is_flag=True, help="Interrupt the running turn instead of queueing."),
-              click.option("--allow-tool", multiple=True, help="Hook tool policy for this prompt (repeat)."),
-              click.option("--prefix", multiple=True, help="Hook prefix text (model-only user message; repeat)."),
+              _allow_tool, _prefix,
+              click.option("--max-queue-size", type=click.IntRange(min=1), default=None,
+                           help="Refuse to queue beyond this many prompts (this send only)."),
               build=_send)
 _chat_command("edit", "edit_message", "Edit a user message: later history is soft-deleted, the queue cleared.",
-              click.option("--message-id", type=int, required=True), _text, _by, _model)
+              click.option("--message-id", type=int, required=True), _text, _by, _model, _allow_tool, _prefix,
+              build=_hooked)
+_chat_command("edit-queued", "edit_queued_message",
+              "Edit a queued prompt: new text or overrides, and/or begin (--editing) or end (--no-editing) an edit.",
+              click.option("--queued-id", "queued_message_id", type=int, required=True),
+              click.option("--text", default=None, help="The prompt's new text."), _model,
+              click.option("--reasoning-effort", default=None, help="Reasoning-effort override."),
+              click.option("--editing/--no-editing", "editing", default=None,
+                           help="Begin or end editing (a prompt under edit is not promoted)."))
+_chat_command("reconcile", "reconcile_invalid_state", "Put a chat found in an invalid state into the error state.",
+              click.option("--error-message", default=None), click.option("--error-kind", default=None),
+              click.option("--cancellation-reason", default=None),
+              build=lambda error_message, error_kind, cancellation_reason: {
+                  "error": {"message": error_message, **({"kind": error_kind} if error_kind else {})}
+                  if error_message else None, "cancellation_reason": cancellation_reason})
 _chat_command("interrupt", "interrupt", "Interrupt the running turn.", _reason)
 _chat_command("promote", "promote_queued_message", "Promote a queued prompt.",
               click.option("--queued-id", "queued_message_id", type=int, required=True))
@@ -148,9 +173,10 @@ _chat_command("reply", "commit_step", "Commit an assistant text step (worker).",
               build=lambda text: {"messages": [{"role": "assistant", "parts": [{"type": "text", "text": text}]}]})
 _chat_command("submit-results", "complete_requires_action", "Submit client tool results.",
               click.option("--result", "results", multiple=True, required=True, metavar="TOOL_CALL_ID=JSON"),
-              build=lambda results: {"results": [
+              click.option("--suffix", multiple=True, help="Hook suffix text (model-only user message; repeat)."),
+              build=lambda results, suffix: {"results": [
                   {"tool_call_id": r.split("=", 1)[0], "output": r.split("=", 1)[1] if "=" in r else ""}
-                  for r in results]})
+                  for r in results], "suffix_messages": _model_only(suffix)})
 
 
 # -- reading -------------------------------------------------------------------------------------------

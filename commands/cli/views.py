@@ -31,7 +31,7 @@ batch_size_option = click.option(
 @click.argument("chat_id", required=False)
 @click.option("--org", default=None, help="Only this organization's chats.")
 @click.option("--status", "status_filter", default=None,
-              type=click.Choice(["waiting", "running", "interrupting", "requires_action", "error"]))
+              type=click.Choice(["waiting", "running", "interrupting", "requires_action", "error", "paused"]))
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @pass_ctx
 def status_cmd(c: Ctx, chat_id: str | None, org: str | None, status_filter: str | None, as_json: bool) -> None:

@@ -121,10 +121,10 @@ def test_a_view_row_that_disagrees_with_the_fold_is_reported(db_url):
     raw = RawDB(db_url)
     if raw.db.backend == "sqlite":
         with raw._sqlite() as conn:
-            conn.execute("UPDATE chat_views_v1_chat_status SET title = 'tampered' WHERE chat_id = ?", (a,))
+            conn.execute("UPDATE chat_views_v2_chat_status SET title = 'tampered' WHERE chat_id = ?", (a,))
     else:
         with raw._pg() as conn:
-            conn.execute(f'UPDATE "{raw.db.schema}".chat_views_v1_chat_status SET title = %s WHERE chat_id = %s',
+            conn.execute(f'UPDATE "{raw.db.schema}".chat_views_v2_chat_status SET title = %s WHERE chat_id = %s',
                          ("tampered", a))
     result = cli(db_url, "events", "verify", "--json", code=1)
     report = json.loads(result.output)

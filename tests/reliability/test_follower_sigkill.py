@@ -18,6 +18,7 @@ from typing import Any
 
 from commands.tools.workload import generate
 from projections import open_backend
+from projections.chats import ChatViews
 from tests.reliability.kit import assert_views_equal_rebuild, read_views
 
 CHILD = """
@@ -47,7 +48,7 @@ def test_catch_up_killed_mid_batch_then_restarted(db_url: str, app: Any) -> None
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and child.poll() is None:
             try:
-                position = backend.position("chat_views", 1)
+                position = backend.position("chat_views", ChatViews.version)
             except Exception:  # noqa: BLE001 - the child may be creating the tables
                 position = None
             if position:  # the first batch committed: the next one is being applied now
@@ -62,7 +63,7 @@ def test_catch_up_killed_mid_batch_then_restarted(db_url: str, app: Any) -> None
         assert child.returncode == -signal.SIGKILL
         # The position and the rows in one snapshot: the server may still be committing a batch the
         # child sent just before it died.
-        with backend.reading("chat_views", 1) as r:  # not live yet: read the build being made
+        with backend.reading("chat_views", ChatViews.version) as r:  # not live yet: read the build being made
             position = r.position()
             rows = r.query("chat_status")
         assert 0 < position < head, "killed mid-run: some but not all batches committed"
@@ -78,7 +79,7 @@ def test_catch_up_killed_mid_batch_then_restarted(db_url: str, app: Any) -> None
     out, err = restarted.communicate(timeout=120)
     assert restarted.returncode == 0, err.decode()[-2000:]
     with open_backend(db_url) as backend:
-        assert backend.position("chat_views", 1) == head
+        assert backend.position("chat_views", ChatViews.version) == head
         before_rebuild = read_views(backend)
     views = assert_views_equal_rebuild(app, db_url)
     assert views == before_rebuild

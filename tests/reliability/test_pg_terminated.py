@@ -120,7 +120,7 @@ def test_follow_resumes_after_its_connections_are_terminated(pg_url: str) -> Non
             assert terminate(pg_url, [p for p in pids if p]) >= 1
             for cid in chats[-5:]:  # more work while the follower reconnects
                 execute(app, command_from_dict({"type": "set_title", "chat_id": cid, "title": f"after kill {round_}"}))
-            wait_for(lambda: backend.position("chat_views", 1) == app.head(), 30, "the follower to catch up again")
+            wait_for(lambda: backend.position("chat_views", ChatViews.version) == app.head(), 30, "the follower to catch up again")
             wait_for(lambda: follower.listen_pid not in (None, first_listen), 15, "a new LISTEN connection")
         assert follower.listen_connects >= 4
         status = {r["chat_id"]: r for r in backend.query("chat_views", "chat_status")}
