@@ -25,13 +25,13 @@ from projections.runner import (
 def open_backend(url: Any) -> SqlBackend:
     """The projection backend for a ledger database URL (str or ``ledger.store.DatabaseURL``): the
     views live beside the events (same SQLite file; same Postgres database and schema)."""
-    from ledger.store import DatabaseURL, resolve_url
+    from ledger.store import DatabaseURL, resolve_url, sqlite_timeout
 
     db = url if isinstance(url, DatabaseURL) else DatabaseURL.parse(resolve_url(url))
     if db.backend == "sqlite":
         from projections.sqlite import SqliteBackend
 
-        return SqliteBackend(db.path)
+        return SqliteBackend(db.path, timeout=sqlite_timeout())
     from projections.postgres import PostgresBackend
 
     return PostgresBackend(db.psycopg_conninfo(), db.schema)

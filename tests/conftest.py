@@ -1,6 +1,7 @@
 """Shared fixtures: a ledger on SQLite, on a real PostgreSQL (own schema per test), or in memory.
 
-PostgreSQL: ``CHAT_LEDGER_TEST_PG`` (a URL) if set, else postgresql://postgres@127.0.0.1:5432/postgres.
+PostgreSQL: ``CHAT_LEDGER_TEST_PG`` (a URL, any libpq parameters allowed) if set, else
+postgresql://postgres@127.0.0.1:5432/postgres.
 When no server answers, PostgreSQL tests are skipped with a message, except under CI (``CI`` set),
 where they fail.
 """
@@ -42,8 +43,8 @@ def require_pg() -> None:
 
 
 def _with_schema(url: str, schema: str) -> str:
-    base = url.split("?", 1)[0]
-    return f"{base}?schema={schema}"
+    """``url`` naming ``schema``; its other parameters (sslmode, a socket directory, ...) are kept."""
+    return DatabaseURL.parse(url).with_schema(schema)
 
 
 def drop_schema(url: str) -> None:

@@ -2,8 +2,12 @@
 
 Every CLI module imports this one and nothing else of the CLI; ``commands.cli.main`` imports the modules and
 registers their commands on the ``main`` group. Output for people by default; ``--json`` prints compact JSON,
-one object per line. Errors from the ledger print ``error: <code>: <message>`` on stderr and exit 1; usage
-errors exit 2 (click's rule).
+one object per line. Errors print ``error: <code>: <message>`` on stderr and exit 1 (``commands.cli.main``);
+usage errors exit 2 (click's rule).
+
+Which commands may create a ledger is said here, once (``CREATING_COMMANDS``); every other command reads, and
+opens the ledger with ``create=False``: on a database, schema or file that does not exist it fails with
+``database_not_found`` and creates nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +29,18 @@ _json = msgspec.json.Encoder()
 #: notifications behind before a progress bar is worth showing
 PROGRESS_THRESHOLD = 2000
 
+#: The commands that may create the ledger (the SQLite file, the PostgreSQL schema, the event tables): those
+#: that record, and the projection commands that build views (derived data) on a ledger that may still be
+#: empty. A group's name stands for every command in it. Any command not listed only reads: it never
+#: creates the ledger (it may still create view tables beside an existing one, when it catches them up).
+CREATING_COMMANDS = frozenset({
+    ("init",), ("apply",), ("demo",), ("simulate",), ("chat",), ("catalog",), ("deployment",),
+    ("events", "import"),
+    *(("conversation", name) for name in (
+        "start", "arrive", "begin", "stage", "steer", "commit-steer", "complete", "fail", "restart", "recover")),
+    ("projections", "catch-up"), ("projections", "rebuild"), ("projections", "follow"),
+})
+
 STATUS_COLUMNS = ("chat_id", "execution_state", "status", "queue_length", "message_count", "version", "title")
 
 
@@ -32,8 +48,25 @@ def emit_json(obj: Any) -> None:
     click.echo(_json.encode(obj).decode())
 
 
+def command_path(ctx: click.Context | None) -> tuple[str, ...]:
+    """The names of the running command and its groups below ``main``: ``("projections", "rebuild")``."""
+    names: list[str] = []
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.command.name or "")
+        ctx = ctx.parent
+    return tuple(reversed(names))
+
+
+def may_create(path: tuple[str, ...]) -> bool:
+    return any(path[:n] in CREATING_COMMANDS for n in range(1, len(path) + 1))
+
+
 class Ctx:
-    """The ledger and the views' backend a command works on, opened on first use, closed with the command."""
+    """The ledger and the views' backend a command works on, opened on first use, closed with the command.
+
+    The ledger is opened for the running command: creating what is missing only for ``CREATING_COMMANDS``.
+    The views' backend is opened after the ledger, so a reading command never creates a database for them.
+    """
 
     def __init__(self, db: str | None) -> None:
         self.url = resolve_url(db)
@@ -41,9 +74,20 @@ class Ctx:
         self._backend: Any = None
 
     @property
+    def where(self) -> str:
+        """The database, for messages (never the password)."""
+        from ledger.store import DatabaseURL, redact
+
+        try:
+            return DatabaseURL.parse(self.url).where
+        except LedgerError:
+            return f"database {redact(self.url)}"
+
+    @property
     def app(self) -> Any:
         if self._app is None:
-            self._app = open_app(self.url)
+            create = may_create(command_path(click.get_current_context(silent=True)))
+            self._app = open_app(self.url, create=create)
         return self._app
 
     @property
@@ -51,16 +95,18 @@ class Ctx:
         if self._backend is None:
             from projections import open_backend
 
+            self.app  # noqa: B018 - the ledger first: it must exist (or be created) before its views
             self._backend = open_backend(self.url)
         return self._backend
 
     def close(self) -> None:
-        if self._backend is not None:
-            self._backend.close()
-            self._backend = None
-        if self._app is not None:
-            self._app.close()
-            self._app = None
+        backend, app, self._backend, self._app = self._backend, self._app, None, None
+        try:
+            if backend is not None:
+                backend.close()
+        finally:
+            if app is not None:
+                app.close()
 
 
 pass_ctx = click.make_pass_decorator(Ctx)

@@ -3,23 +3,38 @@ registered on it. Command modules import only ``commands.cli.context``; nothing 
 
 from __future__ import annotations
 
+import traceback
 from typing import Any
 
 import click
 
 from commands.cli import audit, catalog, chat, conversation, events, generation, tools, views
 from commands.cli.context import Ctx
-from ledger.errors import LedgerError
+from commands.failures import as_ledger_error, debugging
 
 
 class LedgerGroup(click.Group):
-    """Turns a LedgerError raised anywhere below into a one-line error and exit status 1."""
+    """The one error handler of the CLI: whatever a command raises (a refusal, a database or codec or
+    projection failure, a bug) ends as one line ``error: <code>: <message>`` on stderr and exit status 1
+    (``commands.failures`` maps it); ``CHAT_LEDGER_DEBUG=1`` prints the traceback first. click's own
+    exceptions pass through: usage errors exit 2."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
-        except LedgerError as e:
-            click.echo(f"error: {e.code}: {e.message}", err=True)
+            result = super().invoke(ctx)
+            if isinstance(ctx.obj, Ctx):
+                ctx.obj.close()  # here, so that a failure while closing is reported like any other
+            return result
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as e:
+            try:
+                error = as_ledger_error(e, ctx.obj.where if isinstance(ctx.obj, Ctx) else "the database")
+            except Exception:  # the map itself failed: still one line
+                error = as_ledger_error(e)
+            if debugging():
+                traceback.print_exc()
+            click.echo(f"error: {error.code}: {error.message}", err=True)
             ctx.exit(1)
 
 

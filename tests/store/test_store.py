@@ -376,6 +376,14 @@ def test_family_command_repeat_returns_the_first_result(app: ChatLedgerApp, comm
 
 # -- 6. database URLs ------------------------------------------------------------------------------------
 
+@pytest.fixture
+def no_pg_environment(monkeypatch) -> None:
+    """No PG* variable: libpq's own defaults fill in what a URL leaves out."""
+    for key in list(os.environ):
+        if key.startswith("PG"):
+            monkeypatch.delenv(key)
+
+
 @pytest.mark.parametrize("url, expected", [
     ("sqlite:///chat-ledger.db", dict(backend="sqlite", path="chat-ledger.db")),
     ("sqlite:///data/dir/ledger.db", dict(backend="sqlite", path="data/dir/ledger.db")),
@@ -383,24 +391,50 @@ def test_family_command_repeat_returns_the_first_result(app: ChatLedgerApp, comm
     ("sqlite:///:memory:", dict(backend="sqlite", path=":memory:")),
     ("sqlite:///with%20space.db", dict(backend="sqlite", path="with space.db")),
     ("postgresql://alice@db.example.com/ledger",
-     dict(backend="postgres", host="db.example.com", port=5432, user="alice", password="", dbname="ledger",
-          schema="public")),
+     dict(backend="postgres", params={"user": "alice", "host": "db.example.com", "dbname": "ledger"},
+          host="db.example.com", port="5432", user="alice", dbname="ledger", schema="public")),
     ("postgresql://alice:s3cr%40t@10.0.0.5:6543/ledger?schema=tenant_a",
-     dict(backend="postgres", host="10.0.0.5", port=6543, user="alice", password="s3cr@t", dbname="ledger",
-          schema="tenant_a")),
-    ("postgres://db/ledger", dict(backend="postgres", host="db", port=5432, user="postgres", dbname="ledger")),
+     dict(backend="postgres", params={"user": "alice", "password": "s3cr@t", "host": "10.0.0.5", "port": "6543",
+                                      "dbname": "ledger"}, schema="tenant_a")),
+    ("postgres://db/ledger", dict(backend="postgres", params={"host": "db", "dbname": "ledger"})),
     ("postgresql://u@h/ledger?schema=", dict(backend="postgres", schema="public")),
+    # libpq's forms: a socket directory (as a parameter or percent-encoded host), several hosts, nothing
+    ("postgresql:///ledger?host=/var/run/postgresql",
+     dict(params={"host": "/var/run/postgresql", "dbname": "ledger"}, host="/var/run/postgresql")),
+    ("postgresql://%2Fvar%2Frun%2Fpostgresql/ledger", dict(params={"host": "/var/run/postgresql", "dbname": "ledger"})),
+    ("postgresql://h1:5432,h2:5433/db?target_session_attrs=read-write",
+     dict(params={"host": "h1,h2", "port": "5432,5433", "dbname": "db", "target_session_attrs": "read-write"})),
+    ("postgresql://", dict(backend="postgres", params={}, host="the default socket", port="5432", schema="public")),
+    ("postgresql://h/db?sslmode=require&application_name=a%20b&connect_timeout=3&schema=s",
+     dict(params={"host": "h", "dbname": "db", "sslmode": "require", "application_name": "a b",
+                  "connect_timeout": "3"}, schema="s")),
 ])
-def test_database_url_parse(url: str, expected: dict[str, Any]) -> None:
+def test_database_url_parse(url: str, expected: dict[str, Any], no_pg_environment: None) -> None:
     db = DatabaseURL.parse(url)
     assert db.url == url
     for key, value in expected.items():
         assert getattr(db, key) == value, key
 
 
+def test_what_a_url_leaves_out_comes_from_the_pg_environment(monkeypatch, no_pg_environment: None) -> None:
+    monkeypatch.setenv("PGHOST", "pg.example.com")
+    monkeypatch.setenv("PGPORT", "6000")
+    monkeypatch.setenv("PGUSER", "bob")
+    monkeypatch.setenv("PGDATABASE", "books")
+    db = DatabaseURL.parse("postgresql://")
+    assert (db.host, db.port, db.user, db.dbname) == ("pg.example.com", "6000", "bob", "books")
+    assert db.params == {} and "host" not in db.psycopg_conninfo()  # libpq reads the variables itself
+    db = DatabaseURL.parse("postgresql://alice@db.internal:5433/ledger")  # the URL's values win
+    assert (db.host, db.port, db.user, db.dbname) == ("db.internal", "5433", "alice", "ledger")
+    monkeypatch.delenv("PGDATABASE")
+    assert DatabaseURL.parse("postgresql://").dbname == "bob"  # libpq: the database defaults to the user
+
+
 @pytest.mark.parametrize("url", [
     "mysql://root@localhost/ledger", "http://example.com/x", "ledger.db", "", "sqlite://", "sqlite:///",
-    "postgresql://localhost/", "postgresql:///ledger",
+    "sqlite:relative.db", "sqlite:///%00", "sqlite:///dir/%00.db", "postgresql:ledger",
+    "postgresql://h/db?schema=name%0A", "postgresql://h/db?schema=a&schema=b", "postgresql://h/db?schema=Upper",
+    "postgresql://h/db?sslmode", "postgresql://h/db?host=%zz",
 ])
 def test_database_url_invalid(url: str) -> None:
     with pytest.raises(LedgerError) as e:
@@ -408,7 +442,27 @@ def test_database_url_invalid(url: str) -> None:
     assert e.value.code == "invalid_database_url"
 
 
-@pytest.mark.parametrize("url", ["postgresql://u@h:abc/ledger", "postgresql://u@h:99999/ledger"])
+@pytest.mark.parametrize("url, named", [
+    ("postgresql://h/db?sslmod=require", ["'sslmod'"]),
+    ("postgresql://h/db?schema=s&timeout=3&sslmode=disable&appname=x", ["'appname'", "'timeout'"]),
+])
+def test_unknown_parameters_are_refused_naming_each(url: str, named: list[str]) -> None:
+    with pytest.raises(LedgerError) as e:
+        DatabaseURL.parse(url)
+    assert e.value.code == "invalid_database_url"
+    assert all(name in e.value.message for name in named), e.value.message
+    assert "'sslmode'" not in e.value.message and "'schema'" not in e.value.message
+
+
+def test_schema_names_are_matched_in_full() -> None:
+    with pytest.raises(LedgerError) as e:
+        DatabaseURL.parse("postgresql://h/db?schema=tenant%0A")
+    assert e.value.code == "invalid_database_url" and "'tenant\\n'" in e.value.message
+    assert DatabaseURL.parse("postgresql://h/db?schema=tenant").schema == "tenant"
+
+
+@pytest.mark.parametrize("url", ["postgresql://u@h:abc/ledger", "postgresql://u@h:99999/ledger",
+                                 "postgresql://u@h:0/ledger", "postgresql://h1:1,h2:x/db"])
 def test_database_url_bad_port(url: str) -> None:
     with pytest.raises(LedgerError) as e:
         DatabaseURL.parse(url)
@@ -417,22 +471,50 @@ def test_database_url_bad_port(url: str) -> None:
 
 def test_passwords_are_redacted_from_errors() -> None:
     with pytest.raises(LedgerError) as e:
-        DatabaseURL.parse("postgresql://alice:hunter2@/ledger")
+        DatabaseURL.parse("postgresql://alice:hunter2@h/ledger?sslmod=x")
+    assert "hunter2" not in e.value.message and "***" in e.value.message
+    with pytest.raises(LedgerError) as e:
+        DatabaseURL.parse("postgresql://h/ledger?password=hunter2&bogus=1")
     assert "hunter2" not in e.value.message and "***" in e.value.message
     with pytest.raises(LedgerError) as e:
         DatabaseURL.parse("mongodb://alice:hunter2@h/ledger")
     assert "hunter2" not in e.value.message
     assert redact("postgresql://alice:hunter2@h/db") == "postgresql://alice:***@h/db"
+    assert redact("postgresql://h/db?password=hunter2&sslmode=require") == \
+        "postgresql://h/db?password=***&sslmode=require"
+
+
+def test_with_schema_keeps_every_other_parameter() -> None:
+    db = DatabaseURL.parse("postgresql://u@h/db?sslmode=disable&schema=old&host=/tmp")
+    moved = DatabaseURL.parse(db.with_schema("new_one"))
+    assert moved.schema == "new_one" and moved.params == db.params
 
 
 def test_env_translation() -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
     sqlite_env = DatabaseURL.parse("sqlite:////tmp/x.db").env()
     assert sqlite_env["PERSISTENCE_MODULE"] == "eventsourcing.sqlite" and sqlite_env["SQLITE_DBNAME"] == "/tmp/x.db"
-    pg_env = DatabaseURL.parse("postgresql://alice:pw@h:6000/db?schema=s1").env()
-    assert pg_env["PERSISTENCE_MODULE"] == "eventsourcing.postgres"
-    assert (pg_env["POSTGRES_HOST"], pg_env["POSTGRES_PORT"], pg_env["POSTGRES_USER"], pg_env["POSTGRES_PASSWORD"],
-            pg_env["POSTGRES_DBNAME"], pg_env["POSTGRES_SCHEMA"]) == ("h", "6000", "alice", "pw", "db", "s1")
+    pg_env = DatabaseURL.parse("postgresql://alice:pw@h:6000/db?schema=s1&sslmode=verify-full").env()
+    assert pg_env["PERSISTENCE_MODULE"] == "ledger.libpq:LibpqPostgresFactory"
+    assert conninfo_to_dict(pg_env["POSTGRES_CONNINFO"]) == {
+        "user": "alice", "password": "pw", "host": "h", "port": "6000", "dbname": "db", "sslmode": "verify-full",
+        "connect_timeout": "10"}
+    assert (pg_env["POSTGRES_HOST"], pg_env["POSTGRES_PORT"], pg_env["POSTGRES_DBNAME"], pg_env["POSTGRES_SCHEMA"]) \
+        == ("h", "6000", "db", "s1")
     assert "POSTGRES_ENABLE_DB_FUNCTIONS" not in pg_env  # ARCHITECTURE §3: keep the default insert path
+
+
+def test_sqlite_timeout_setting(monkeypatch) -> None:
+    monkeypatch.delenv("CHAT_LEDGER_SQLITE_TIMEOUT", raising=False)
+    assert DatabaseURL.parse("sqlite:///x.db").env()["SQLITE_LOCK_TIMEOUT"] == "30"
+    monkeypatch.setenv("CHAT_LEDGER_SQLITE_TIMEOUT", "2")
+    assert DatabaseURL.parse("sqlite:///x.db").env()["SQLITE_LOCK_TIMEOUT"] == "2"
+    for bad in ("0", "1.5", "soon"):
+        monkeypatch.setenv("CHAT_LEDGER_SQLITE_TIMEOUT", bad)
+        with pytest.raises(LedgerError) as e:
+            DatabaseURL.parse("sqlite:///x.db").env()
+        assert e.value.code == "invalid_setting" and "CHAT_LEDGER_SQLITE_TIMEOUT" in e.value.message
 
 
 def test_resolve_url_precedence(monkeypatch) -> None:
@@ -481,7 +563,7 @@ def test_open_app_on_postgres_creates_the_schema(pg_url: str) -> None:
 @pytest.mark.parametrize("prefix", ["T_Mixed", "with-hyphen"])
 def test_schema_names_needing_quotes(pg_url: str, prefix: str) -> None:
     schema = f"{prefix}_{uuid4().hex[:8]}"
-    url = f"{pg_url.split('?', 1)[0]}?schema={schema}"
+    url = DatabaseURL.parse(pg_url).with_schema(schema)
     try:
         try:
             app = open_app(url)
@@ -570,17 +652,41 @@ def test_missing_postgres_database_is_database_unavailable(pg_url: str) -> None:
 
 # -- helpers ---------------------------------------------------------------------------------------------
 
+#: The child: on its own, any user respects file permissions; root ignores them through the capability
+#: CAP_DAC_OVERRIDE, which the child drops (from its effective and permitted sets: for good) — still root, so
+#: it reads the checkout wherever it lives (a folder only root may enter), but it cannot write a read-only
+#: file or create one in a read-only folder. It first proves that on a read-only probe file; where the
+#: capability cannot be dropped (no capset), the test is skipped saying so.
 _CHILD = """
-import json, os, sys
+import ctypes, json, os, sys
 sys.path.insert(0, {repo!r})
-import sqlite3, eventsourcing.sqlite, commands.handler  # everything the child needs, loaded while privileged
 from commands.handler import execute_json
 from ledger.errors import LedgerError
 from ledger.store import open_app
-if os.geteuid() == 0:  # drop root for good: root ignores file permissions
-    os.setgroups([])
-    os.setresgid(65534, 65534, 65534)
-    os.setresuid(65534, 65534, 65534)
+
+def drop_dac_override():
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+    libc = ctypes.CDLL(None, use_errno=True)
+    header, data = Header(0x20080522, 0), (Data * 2)()  # _LINUX_CAPABILITY_VERSION_3: two 32-bit words
+    if libc.capget(ctypes.byref(header), data) != 0:
+        return f"capget failed (errno {{ctypes.get_errno()}})"
+    data[0].effective &= ~(1 << 1)  # CAP_DAC_OVERRIDE
+    data[0].permitted &= ~(1 << 1)
+    if libc.capset(ctypes.byref(header), data) != 0:
+        return f"capset failed (errno {{ctypes.get_errno()}})"
+    return None
+
+problem = drop_dac_override() if os.geteuid() == 0 else None
+try:
+    open(sys.argv[2], "a").close()
+    print(json.dumps({{"skip": f"this process can write a read-only file ({{problem or 'permissions not enforced'}}), "
+                               "so it cannot test what a user without that right sees"}}))
+    sys.exit(0)
+except PermissionError:
+    pass
 try:
     app = open_app(sys.argv[1])
     execute_json(app, json.dumps({{"type": "add_organization_member", "organization_id": "{org}",
@@ -594,9 +700,17 @@ except Exception as e:
 
 
 def _open_as_unprivileged(url: str) -> dict[str, Any]:
-    """open_app + one write in a child process that cannot override file permissions (not root)."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _CHILD.format(repo=str(REPO), org=uuid4()), url],
-        capture_output=True, text=True, timeout=60, cwd="/")
+    """open_app + one write in a child process that cannot override file permissions (root without
+    CAP_DAC_OVERRIDE, or the user running the tests)."""
+    with tempfile.TemporaryDirectory(prefix="ledger-probe-") as probe_dir:
+        probe = os.path.join(probe_dir, "read-only")
+        open(probe, "w").close()
+        os.chmod(probe, 0o444)
+        proc = subprocess.run(
+            [sys.executable, "-c", _CHILD.format(repo=str(REPO), org=uuid4()), url, probe],
+            capture_output=True, text=True, timeout=60, cwd="/")
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "skip" in out:
+        pytest.skip(out["skip"])
+    return out
