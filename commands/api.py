@@ -76,11 +76,12 @@ class Ledger:
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, url: str | None = None) -> Ledger:
+    def open(cls, url: str | None = None, *, create: bool = True) -> Ledger:
         """Open the ledger at ``url`` (default ``$CHAT_LEDGER_DB``, else ``sqlite:///chat-ledger.db``), creating
-        its tables if missing."""
+        its database, schema and tables if missing; with ``create=False`` a missing ledger is
+        ``database_not_found`` and nothing is created."""
         url = resolve_url(url)
-        return cls(open_app(url), url)
+        return cls(open_app(url, create=create), url)
 
     def __enter__(self) -> Ledger:
         return self

@@ -20,8 +20,6 @@ with ``CHAT_LEDGER_DEBUG=1`` the traceback is printed too.
 from __future__ import annotations
 
 import sqlite3
-import time
-import uuid
 from pathlib import Path
 from typing import Any, Iterator
 from uuid import UUID
@@ -32,6 +30,7 @@ import pytest
 from commands.failures import as_ledger_error
 from commands.handler import command_from_dict, execute
 from ledger.errors import LedgerError
+from projections.chats import ChatViews
 from ledger.store import DatabaseURL, open_app
 from tests.chat.helpers import ORG, OWNER, setup_org
 from tests.store.rawdb import RawDB
@@ -128,7 +127,7 @@ def blocked_rebuild(pg_url: str) -> Iterator[tuple[psycopg.Connection, int, Any]
     session = _pg(pg_url)
     session.execute("SET deadlock_timeout = '60s'")  # the rebuild's backend runs the deadlock check first
     session.execute("BEGIN")
-    session.execute(f'LOCK TABLE "{schema}".chat_views_v1_chat_status IN SHARE MODE')
+    session.execute(f'LOCK TABLE "{schema}".chat_views_v{ChatViews.version}_chat_status IN SHARE MODE')
     proc = start(pg_url, "projections", "rebuild", "chat_views")
     try:
         wait_for(lambda: bool(_blocked_by(session)), 60, "the rebuild to block on the test's lock")
@@ -183,12 +182,12 @@ def _refuse_view_rows(url: str) -> None:
     if db.backend == "sqlite":
         with sqlite3.connect(db.path) as conn:
             for op in ("INSERT", "UPDATE"):
-                conn.execute(f"CREATE TRIGGER refuse_{op} BEFORE {op} ON chat_views_v1_chat_status "
+                conn.execute(f"CREATE TRIGGER refuse_{op} BEFORE {op} ON chat_views_v{ChatViews.version}_chat_status "
                              "BEGIN SELECT RAISE(ABORT, 'view rows refused'); END")
         conn.close()
         return
     with _pg(url) as conn:
-        table = f'"{db.schema}".chat_views_v1_chat_status'
+        table = f'"{db.schema}".chat_views_v{ChatViews.version}_chat_status'
         conn.execute(f'CREATE FUNCTION "{db.schema}".refuse() RETURNS trigger LANGUAGE plpgsql AS '
                      "$$ BEGIN RAISE EXCEPTION 'view rows refused'; END $$")
         conn.execute(f'CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON {table} '

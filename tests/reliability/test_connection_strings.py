@@ -122,7 +122,7 @@ def test_url_parameters_reach_the_store_and_the_views(schema: str) -> None:
             catch_up(app, ChatViews(app), backend)
             with backend.reading("chat_views") as reader:  # holds one of the views' connections
                 reader.query("chat_status")
-                assert any("chat_views_v1_chat_status" in q for _, q in sessions(marker))  # the views' pool
+                assert any(f"chat_views_v{ChatViews.version}_chat_status" in q for _, q in sessions(marker))  # the views' pool
         finally:
             backend.close()
     finally:
