@@ -6,7 +6,6 @@ The command union is assembled from the feature modules' ``@handles`` registrati
 from __future__ import annotations
 
 import functools
-import json
 from typing import Any, Callable, Iterable, Union
 
 import msgspec
@@ -38,13 +37,16 @@ def _clip(detail: str) -> str:
 
 
 def decode_command(data: bytes | str) -> Command:
-    """Parse one JSON command; anything malformed is ``invalid_command`` naming what is wrong."""
+    """Parse one JSON command; anything malformed (not JSON, not UTF-8, nested too deeply for the decoder,
+    not a command) is ``invalid_command`` naming what is wrong."""
     try:
         return _decoder().decode(data)
     except msgspec.ValidationError as e:
         raise invalid_command(f"invalid command: {_clip(str(e))}") from None
     except msgspec.DecodeError as e:
         raise invalid_command(f"malformed JSON: {_clip(str(e))}") from None
+    except RecursionError:
+        raise invalid_command("malformed JSON: nested too deeply") from None
 
 
 def command_from_dict(obj: dict[str, Any]) -> Command:
@@ -62,19 +64,34 @@ def execute_json(app: Any, data: bytes | str) -> dict[str, Any]:
     return execute(app, decode_command(data))
 
 
-def apply_lines(app: Any, lines: Iterable[str], stop_on_error: bool = False,
+BOM = b"\xef\xbb\xbf"
+
+
+def apply_lines(app: Any, lines: Iterable[bytes | str], stop_on_error: bool = False,
                 out: Callable[[dict[str, Any]], None] = lambda _: None) -> tuple[int, int]:
-    """Run JSONL commands in order, handing ``out`` one result line each (CONTRACT §4). Returns (ok, refused)."""
+    """Run JSONL commands in order, handing ``out`` one result line each (CONTRACT §4), as each line is
+    run (so a caller streaming commands reads each result before sending the next). Returns (ok, refused).
+
+    Lines are bytes (``str`` lines are encoded as UTF-8): every non-blank line gets exactly one result,
+    whatever it holds — a line that is not UTF-8, not JSON or nested too deeply is ``invalid_command`` for
+    that line alone. A UTF-8 byte order mark opening line 1 is ignored."""
     ok = refused = 0
     for number, line in enumerate(lines, start=1):
+        if isinstance(line, str):
+            line = line.encode("utf-8", "surrogatepass")  # a lone surrogate stays invalid UTF-8: refused below
+        if number == 1 and line.startswith(BOM):
+            line = line[len(BOM):]
         if not line.strip():
             continue
-        ctype = _type_of(line)
+        ctype = None
         try:
-            result = execute(app, decode_command(line))
+            command = decode_command(line)
+            ctype = command_type(type(command))
+            result = execute(app, command)
         except LedgerError as e:
             refused += 1
-            out({"line": number, "ok": False, "type": ctype, "error": e.to_dict()})
+            out({"line": number, "ok": False, "type": ctype if ctype is not None else _type_of(line),
+                 "error": e.to_dict()})
             if stop_on_error:
                 break
             continue
@@ -83,12 +100,19 @@ def apply_lines(app: Any, lines: Iterable[str], stop_on_error: bool = False,
     return ok, refused
 
 
-def _type_of(line: str) -> Any:
+class _Typed(msgspec.Struct):
+    type: Any = None
+
+
+_typed = msgspec.json.Decoder(_Typed)
+
+
+def _type_of(line: bytes) -> str | None:
+    """The ``type`` a refused line names, when it is a JSON object with a string ``type`` (best effort)."""
     try:
-        obj = json.loads(line)
-    except ValueError:
+        t = _typed.decode(line).type
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
-    t = obj.get("type") if isinstance(obj, dict) else None
     return t if isinstance(t, str) else None
 
 
