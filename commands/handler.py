@@ -15,7 +15,7 @@ import commands.chat  # noqa: F401  (registers the chat commands)
 import commands.conversation  # noqa: F401  (registers the conversation commands)
 import commands.toolcalls  # noqa: F401  (registers the tool-call execution commands)
 from commands.base import HANDLERS, Command, command_type
-from ledger.errors import LedgerError, invalid_command
+from ledger.errors import LedgerError, clip, invalid_command
 
 
 @functools.cache
@@ -27,24 +27,15 @@ def command_types() -> list[str]:
     return sorted(command_type(c) for c in HANDLERS)
 
 
-#: longest error detail echoed back: msgspec quotes offending field names and values whole (a 1 MB
-#: unknown field name made a 1 MB error line)
-MAX_DETAIL = 300
-
-
-def _clip(detail: str) -> str:
-    return detail if len(detail) <= MAX_DETAIL else f"{detail[:MAX_DETAIL]}… ({len(detail):,} characters)"
-
-
 def decode_command(data: bytes | str) -> Command:
     """Parse one JSON command; anything malformed (not JSON, not UTF-8, nested too deeply for the decoder,
     not a command) is ``invalid_command`` naming what is wrong."""
     try:
         return _decoder().decode(data)
     except msgspec.ValidationError as e:
-        raise invalid_command(f"invalid command: {_clip(str(e))}") from None
+        raise invalid_command(f"invalid command: {clip(str(e))}") from None
     except msgspec.DecodeError as e:
-        raise invalid_command(f"malformed JSON: {_clip(str(e))}") from None
+        raise invalid_command(f"malformed JSON: {clip(str(e))}") from None
     except RecursionError:
         raise invalid_command("malformed JSON: nested too deeply") from None
 
