@@ -21,7 +21,7 @@ from uuid import UUID, uuid4, uuid5
 
 import msgspec
 
-from commands.base import Command, handles
+from commands.base import Command, check_repeat, emitter, handles
 from commands.uow import UnitOfWork, run
 from ledger.base import Emitter
 from ledger.catalog import decide as cd
@@ -184,10 +184,14 @@ def _empty_result(organization_id: UUID) -> dict[str, Any]:
             "recorded": 0, "default_changes": []}
 
 
-def _repeat(app: Any, agg: Any, key: str, result: Any) -> dict[str, Any]:
-    first, last = agg.state.idempotency[key]
+def _repeat(app: Any, agg: Any, cmd: Command, result: Any) -> dict[str, Any]:
+    """The first result of the command that recorded ``cmd``'s key on this stream (``idempotency_key_reused``
+    when that was a different command)."""
+    first, last = agg.state.idempotency[cmd.idempotency_key]
+    events = app.stream(agg.id, gt=first - 1, lte=last)
+    check_repeat(cmd, events)
     past = app.load(agg.id, version=last)
-    return result(past.state, app.stream(agg.id, gt=first - 1, lte=last))
+    return result(past.state, events)
 
 
 def on_catalog(app: Any, cmd: Any, decide: Any, extra: dict[str, Any] | None = None,
@@ -203,9 +207,9 @@ def on_catalog(app: Any, cmd: Any, decide: Any, extra: dict[str, Any] | None = N
         agg = _catalog_for_write(uow, org)
         state = agg.state if agg is not None else None
         if agg is not None and cmd.idempotency_key is not None and cmd.idempotency_key in state.idempotency:
-            result = _repeat(app, agg, cmd.idempotency_key, catalog_result)
+            result = _repeat(app, agg, cmd, catalog_result)
         else:
-            em = Emitter(org, agg.version if agg is not None else 0, uow.now, cmd.idempotency_key, cmd.actor)
+            em = emitter(cmd, org, agg.version if agg is not None else 0, uow.now)
             context = prepare(uow, state) if prepare is not None else None
             events = decide(state, em, context)
             if not events:
@@ -219,7 +223,7 @@ def on_catalog(app: Any, cmd: Any, decide: Any, extra: dict[str, Any] | None = N
                     if isinstance(e, cev.ModelConfigCreated):
                         # The id's claim, in the same transaction: ids are unique across organizations,
                         # and a chat of another organization naming it is told it is foreign.
-                        claim = Emitter(e.config.model_config_id, 0, uow.now, cmd.idempotency_key, cmd.actor)
+                        claim = emitter(cmd, e.config.model_config_id, 0, uow.now)
                         claim.emit(cev.ModelConfigClaimed, originator_topic=ModelConfigClaim.TOPIC,
                                    organization_id=org)
                         uow.create(ModelConfigClaim, claim.events)
@@ -346,8 +350,8 @@ def set_deployment_settings(app: Any, cmd: SetDeploymentSettings) -> dict[str, A
             raise LedgerError(cd.STREAM_TAKEN, "the deployment id is the id of another stream")
         state = agg.state if agg is not None else None
         if agg is not None and cmd.idempotency_key is not None and cmd.idempotency_key in state.idempotency:
-            return _repeat(app, agg, cmd.idempotency_key, deployment_result)
-        em = Emitter(DEPLOYMENT_ID, agg.version if agg is not None else 0, uow.now, cmd.idempotency_key, cmd.actor)
+            return _repeat(app, agg, cmd, deployment_result)
+        em = emitter(cmd, DEPLOYMENT_ID, agg.version if agg is not None else 0, uow.now)
         events = cd.set_deployment_settings(state, em, topic=Deployment.TOPIC, settings=settings)
         if events:
             if agg is None:

@@ -15,7 +15,7 @@ from uuid import UUID, uuid4, uuid5
 
 import msgspec
 
-from commands.base import Command, handles
+from commands.base import Command, check_repeat, emitter, handles
 from commands.catalog import load_model_facts
 from commands.uow import UnitOfWork, run
 from ledger.base import Emitter
@@ -225,10 +225,14 @@ def chat_result(state: ChatState, events: list[Any]) -> dict[str, Any]:
     return result
 
 
-def _repeat_result(app: Any, chat: Chat, key: str) -> dict[str, Any]:
-    first, last = chat.state.idempotency[key]
+def _repeat_result(app: Any, chat: Chat, cmd: Command) -> dict[str, Any]:
+    """The first result of the command that recorded ``cmd``'s key on this chat (``idempotency_key_reused``
+    when that was a different command)."""
+    first, last = chat.state.idempotency[cmd.idempotency_key]  # type: ignore[index]
+    events = app.stream(chat.id, gt=first - 1, lte=last)
+    check_repeat(cmd, events)
     past = app.load(chat.id, version=last)
-    return chat_result(past.state, app.stream(chat.id, gt=first - 1, lte=last))
+    return chat_result(past.state, events)
 
 
 def _load_chat(uow: UnitOfWork, chat_id: UUID) -> Chat:
@@ -239,7 +243,7 @@ def _load_chat(uow: UnitOfWork, chat_id: UUID) -> Chat:
 
 
 def _emitter(uow: UnitOfWork, agg: Chat | None, chat_id: UUID, cmd: Command) -> Emitter:
-    return Emitter(chat_id, agg.version if agg else 0, uow.now, cmd.idempotency_key, cmd.actor)
+    return emitter(cmd, chat_id, agg.version if agg else 0, uow.now)
 
 
 def chat_model_facts(uow: UnitOfWork, state: ChatState, explicit: UUID | None = None) -> ModelFacts:
@@ -257,7 +261,7 @@ def on_chat(app: Any, cmd: Any, decide: Callable[..., list[Any]], *, models: boo
     def work(uow: UnitOfWork) -> dict[str, Any]:
         chat = _load_chat(uow, cmd.chat_id)
         if cmd.idempotency_key is not None and cmd.idempotency_key in chat.state.idempotency:
-            return _repeat_result(app, chat, cmd.idempotency_key)
+            return _repeat_result(app, chat, cmd)
         if not models:
             events = decide(chat.state, _emitter(uow, chat, chat.id, cmd))
         else:
@@ -289,7 +293,7 @@ def create_chat(app: Any, cmd: CreateChat) -> dict[str, Any]:
         existing = uow.get(chat_id)
         if existing is not None:
             if isinstance(existing, Chat) and cmd.idempotency_key in existing.state.idempotency:
-                return _repeat_result(app, existing, cmd.idempotency_key)  # type: ignore[index]
+                return _repeat_result(app, existing, cmd)
             raise LedgerError("chat_already_exists", f"chat {chat_id} already exists")
         parent = _load_chat(uow, cmd.parent_chat_id) if cmd.parent_chat_id else None
         if parent is not None and parent.state.root_chat_id != parent.id:
@@ -435,7 +439,7 @@ def set_archived(app: Any, cmd: SetArchived) -> dict[str, Any]:
     def work(uow: UnitOfWork) -> dict[str, Any]:
         root = _load_chat(uow, cmd.chat_id)
         if cmd.idempotency_key is not None and cmd.idempotency_key in root.state.idempotency:
-            return _repeat_result(app, root, cmd.idempotency_key)
+            return _repeat_result(app, root, cmd)
         d.check_family_archive(root.state, cmd.archived)
         changed = []
         for member in _descendants(uow, root):
@@ -459,7 +463,7 @@ def end_chat(app: Any, cmd: EndChat) -> dict[str, Any]:
     def work(uow: UnitOfWork) -> dict[str, Any]:
         chat = _load_chat(uow, cmd.chat_id)
         if cmd.idempotency_key is not None and cmd.idempotency_key in chat.state.idempotency:
-            return _repeat_result(app, chat, cmd.idempotency_key)
+            return _repeat_result(app, chat, cmd)
         members = [m for m in _descendants(uow, chat) if not m.state.archived]
         events = d.end_chat(chat.state, _emitter(uow, chat, chat.id, cmd), prefix_messages=cmd.prefix_messages,
                             cascaded_to=[m.id for m in members])

@@ -20,7 +20,7 @@ from uuid import UUID
 
 import msgspec
 
-from commands.base import Command, handles
+from commands.base import Command, check_repeat, emitter, handles
 from commands.uow import UnitOfWork, run
 from ledger.base import Emitter
 from ledger.chat.aggregate import Chat
@@ -116,8 +116,8 @@ def _replayed(app: Any, agg: ToolCallExecution, cmd: Command, outputs: Outputs) 
         return None
     first, last = span
     events = app.stream(agg.id, gt=first - 1, lte=last)
-    if _of(events, _MARKER[type(cmd)]) is None:
-        raise LedgerError(*IDEMPOTENCY_KEY_REUSED)
+    if not check_repeat(cmd, events) and _of(events, _MARKER[type(cmd)]) is None:
+        raise LedgerError(*IDEMPOTENCY_KEY_REUSED)  # a key recorded without its command's identity
     then = app.load(agg.id, version=last)
     return {**execution_row(then.state), **outputs(events, then.state)}
 
@@ -136,7 +136,7 @@ def _execute(app: Any, cmd: _ToolCallCommand,
             replay = _replayed(app, agg, cmd, outputs)
             if replay is not None:
                 return replay
-        em = Emitter(facts.execution_id, agg.version if agg else 0, uow.now, cmd.idempotency_key, cmd.actor)
+        em = emitter(cmd, facts.execution_id, agg.version if agg else 0, uow.now)
         events = decide(agg.state if agg else None, em, facts)
         if agg is None:
             agg = uow.create(ToolCallExecution, events)
