@@ -10,7 +10,7 @@ already recorded on the chat returns the first result, rebuilt from the events t
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Sequence
 from uuid import UUID, uuid4, uuid5
 
 import msgspec
@@ -19,13 +19,14 @@ from commands.base import Command, check_repeat, emitter, handles
 from commands.catalog import load_model_facts
 from commands.uow import UnitOfWork, run
 from ledger.base import Emitter
-from ledger.catalog.resolve import ModelFacts, ModelFactsNeeded
+from ledger.catalog.resolve import ModelFacts, ModelFactsNeeded, unusable_error
 from ledger.chat import decide as d
 from ledger.chat import events as ev
 from ledger.chat.aggregate import Chat
 from ledger.chat.state import ChatState
 from ledger.chat.values import ChatError, MessageInput, TextPart
 from ledger.errors import LedgerError, invalid_command
+from ledger.streams import refuse_reserved
 
 IDEMPOTENT_CREATE_NAMESPACE = UUID("3c1f8a52-7d4e-5b9a-8e21-0f6d4c7b2a93")
 
@@ -246,15 +247,16 @@ def _emitter(uow: UnitOfWork, agg: Chat | None, chat_id: UUID, cmd: Command) -> 
     return emitter(cmd, chat_id, agg.version if agg else 0, uow.now)
 
 
-def chat_model_facts(uow: UnitOfWork, state: ChatState, explicit: UUID | None = None) -> ModelFacts:
+def chat_model_facts(uow: UnitOfWork, state: ChatState, explicit: UUID | None = None,
+                     more: Sequence[UUID] = ()) -> ModelFacts:
     """What resolving a model on this chat may need: its organization's catalog and the owners of the ids
-    in play that the catalog lacks (the explicit one, the chat's, the queued prompts')."""
-    ids = [explicit, state.model_config_id, *(q.model_config_id for q in state.queue)]
+    in play that the catalog lacks (the explicit one and ``more``, the chat's, the queued prompts')."""
+    ids = [explicit, *more, state.model_config_id, *(q.model_config_id for q in state.queue)]
     return load_model_facts(uow, state.organization_id, ids)
 
 
 def on_chat(app: Any, cmd: Any, decide: Callable[..., list[Any]], *, models: bool = False,
-            explicit: UUID | None = None) -> dict[str, Any]:
+            explicit: UUID | None = None, more: Sequence[UUID] = ()) -> dict[str, Any]:
     """Run ``decide(state, em)`` (or, with ``models``, ``decide(state, em, facts)``: first without facts,
     again with them when it raises ``ModelFactsNeeded``) on the command's chat and record the events."""
 
@@ -268,7 +270,7 @@ def on_chat(app: Any, cmd: Any, decide: Callable[..., list[Any]], *, models: boo
             try:
                 events = decide(chat.state, _emitter(uow, chat, chat.id, cmd), None)
             except ModelFactsNeeded:
-                facts = chat_model_facts(uow, chat.state, explicit)
+                facts = chat_model_facts(uow, chat.state, explicit, more)
                 events = decide(chat.state, _emitter(uow, chat, chat.id, cmd), facts)
         uow.record(chat, events)
         return chat_result(chat.state, events)
@@ -281,6 +283,7 @@ def on_chat(app: Any, cmd: Any, decide: Callable[..., list[Any]], *, models: boo
 @handles(CreateChat)
 def create_chat(app: Any, cmd: CreateChat) -> dict[str, Any]:
     message = cmd.user_message()
+    refuse_reserved("chat_id", cmd.chat_id)
     if cmd.chat_id is not None:
         chat_id = cmd.chat_id
     elif cmd.idempotency_key is not None:
@@ -386,8 +389,29 @@ def finish_turn(app: Any, cmd: FinishTurn) -> dict[str, Any]:
 
 @handles(CommitStep)
 def commit_step(app: Any, cmd: CommitStep) -> dict[str, Any]:
-    return on_chat(app, cmd, lambda s, em: d.commit_step(
-        s, em, messages=cmd.messages, consume_compaction_request=cmd.consume_compaction_request))
+    """A message's ``model_config_id`` (the model that produced it) must be one of the chat's organization
+    (a live or deleted config of its catalog): one claimed by another organization, or by none, is
+    ``model_config_foreign_org``."""
+    named = sorted({m.model_config_id for m in cmd.messages if m.model_config_id is not None}, key=str)
+
+    def decide(s: ChatState, em: Emitter, facts: ModelFacts | None) -> list[Any]:
+        if named:
+            if facts is None:
+                raise ModelFactsNeeded
+            for mid in named:
+                if not _of_organization(facts, mid):
+                    raise unusable_error("foreign_org")
+        return d.commit_step(s, em, messages=cmd.messages, consume_compaction_request=cmd.consume_compaction_request)
+
+    return on_chat(app, cmd, decide, models=True, explicit=named[0] if named else None,
+                   more=named[1:])
+
+
+def _of_organization(facts: ModelFacts, model_config_id: UUID) -> bool:
+    catalog = facts.catalog
+    if catalog is not None and (model_config_id in catalog.configs or model_config_id in catalog.deleted):
+        return True
+    return facts.owners.get(model_config_id) == facts.organization_id
 
 
 @handles(FinishInterruption)

@@ -44,6 +44,7 @@ from ledger.conversation.values import (
     Arrival, Box, BoxValue, OutputItem, Session, SteerToken, TextItem, ToolCall,
 )
 from ledger.errors import LedgerError, invalid_command
+from ledger.streams import refuse_reserved
 
 #: Namespace of conversation ids derived from an idempotency key (``conversation_start`` without an id).
 CONVERSATION_KEY_NAMESPACE = uuid5(NAMESPACE_URL, "chat-ledger:conversation")
@@ -306,6 +307,7 @@ def _execute(app: Any, cmd: Any,
 
 @handles(ConversationStart)
 def handle_start(app: Any, cmd: ConversationStart) -> dict[str, Any]:
+    refuse_reserved("conversation_id", cmd.conversation_id)
     if cmd.conversation_id is not None:
         conversation_id = cmd.conversation_id
     elif cmd.idempotency_key is not None:

@@ -110,13 +110,13 @@ def _expected_org_models(streams: dict[UUID, _Stream]) -> tuple[dict[str, list[d
     deployment = next((st.state for st in streams.values() if isinstance(st.state, DeploymentState)), None)
     out: dict[str, list[dict[str, Any]]] = {"organizations": [], "users": []}
     folded, skip = _folded(streams, CatalogState)
-    for sid, st in folded:
+    for _, st in folded:  # rows name the organization, whose catalog stream may live at a derived id
         s = st.state
         out["organizations"].append({**view_row(models_view(s.organization_id, s, deployment)),
                                      "version": s.version, "updated_at": s.updated_at})
         for user in sorted(set(s.members) | set(s.user_overrides)):
             mine = models_view(s.organization_id, s, deployment, user)
-            out["users"].append({"organization_id": str(sid), "user_id": str(user),
+            out["users"].append({"organization_id": str(s.organization_id), "user_id": str(user),
                                  "personal_overrides": mine["personal_overrides"], "effective": mine["effective"]})
     return out, skip
 

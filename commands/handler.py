@@ -6,7 +6,9 @@ The command union is assembled from the feature modules' ``@handles`` registrati
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any, Callable, Iterable, Union
+from uuid import UUID
 
 import msgspec
 
@@ -29,15 +31,56 @@ def command_types() -> list[str]:
 
 def decode_command(data: bytes | str) -> Command:
     """Parse one JSON command; anything malformed (not JSON, not UTF-8, nested too deeply for the decoder,
-    not a command) is ``invalid_command`` naming what is wrong."""
+    not a command, a UUID not in canonical form) is ``invalid_command`` naming what is wrong."""
     try:
-        return _decoder().decode(data)
+        command = _decoder().decode(data)
     except msgspec.ValidationError as e:
         raise invalid_command(f"invalid command: {clip(str(e))}") from None
     except msgspec.DecodeError as e:
         raise invalid_command(f"malformed JSON: {clip(str(e))}") from None
     except RecursionError:
         raise invalid_command("malformed JSON: nested too deeply") from None
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if _MAYBE_NONCANONICAL.search(raw):
+        where = _noncanonical_uuid(command, msgspec.json.decode(raw), "$")
+        if where is not None:
+            raise invalid_command(f"invalid command: a UUID must be canonical (lowercase, hyphenated: "
+                                  f"8-4-4-4-12 hex digits) - at `{where}`")
+    return command
+
+
+#: UUIDs are canonical in commands (CONTRACT §1), but the decoder also takes upper-case and unhyphenated
+#: ones: a command whose text holds something that could be one (or a \u escape) is checked field by field
+_MAYBE_NONCANONICAL = re.compile(rb'"[0-9a-fA-F]{32}"|"[0-9a-fA-F-]*[A-F][0-9a-fA-F-]*"|\\u')
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _noncanonical_uuid(typed: Any, raw: Any, path: str) -> str | None:
+    """The path of the first UUID value of the decoded command whose JSON text is not canonical: ``typed``
+    (the decoded value) and ``raw`` (the same JSON decoded untyped) are walked side by side."""
+    if isinstance(typed, UUID):
+        return None if isinstance(raw, str) and _CANONICAL_UUID.fullmatch(raw) else path
+    if isinstance(typed, msgspec.Struct):
+        if isinstance(raw, dict):
+            for f in msgspec.structs.fields(typed):
+                if f.encode_name in raw:
+                    found = _noncanonical_uuid(getattr(typed, f.name), raw[f.encode_name], f"{path}.{f.encode_name}")
+                    if found is not None:
+                        return found
+    elif isinstance(typed, (list, tuple)) and isinstance(raw, list):
+        for i, (t, r) in enumerate(zip(typed, raw)):
+            found = _noncanonical_uuid(t, r, f"{path}[{i}]")
+            if found is not None:
+                return found
+    elif isinstance(typed, dict) and isinstance(raw, dict):
+        for k, v in typed.items():
+            if isinstance(k, UUID):
+                return f"{path} (a key)" if any(not _CANONICAL_UUID.fullmatch(rk) for rk in raw) else None
+            if isinstance(k, str) and k in raw:
+                found = _noncanonical_uuid(v, raw[k], f"{path}.{k}")
+                if found is not None:
+                    return found
+    return None
 
 
 def command_from_dict(obj: dict[str, Any]) -> Command:
