@@ -29,6 +29,7 @@ from ledger.errors import LedgerError, invalid_command
 from ledger.streams import refuse_reserved
 
 IDEMPOTENT_CREATE_NAMESPACE = UUID("3c1f8a52-7d4e-5b9a-8e21-0f6d4c7b2a93")
+NIL_UUID = UUID(int=0)
 
 
 class ToolResultInput(msgspec.Struct, forbid_unknown_fields=True):
@@ -282,8 +283,10 @@ def on_chat(app: Any, cmd: Any, decide: Callable[..., list[Any]], *, models: boo
 
 @handles(CreateChat)
 def create_chat(app: Any, cmd: CreateChat) -> dict[str, Any]:
-    message = cmd.user_message()
+    if cmd.chat_id == NIL_UUID:  # before anything else, in chatd's words
+        raise invalid_command("chatstate: CreateChatWithID called with nil chat ID")
     refuse_reserved("chat_id", cmd.chat_id)
+    message = cmd.user_message()
     if cmd.chat_id is not None:
         chat_id = cmd.chat_id
     elif cmd.idempotency_key is not None:
