@@ -21,7 +21,7 @@ from uuid import UUID, uuid4, uuid5
 
 import msgspec
 
-from commands.base import Command, handles
+from commands.base import Command, check_repeat, emitter, handles
 from commands.uow import UnitOfWork, run
 from ledger.base import Emitter
 from ledger.catalog import decide as cd
@@ -32,7 +32,7 @@ from ledger.catalog.state import DEPLOYMENT_ID, CatalogState, DeploymentState
 from ledger.catalog.values import (
     AdminContext, EffortLevel, ModelConfig, OverrideMode, ReasoningEffort, UserContext,
 )
-from ledger.errors import LedgerError
+from ledger.streams import locate, refuse_reserved
 
 UNSET: Any = msgspec.UNSET
 MODEL_CONFIG_KEY_NAMESPACE = UUID("9d3c1f6e-5a2b-5c8d-9e0f-1a2b3c4d5e6f")
@@ -131,7 +131,32 @@ def deployment_of(agg: Any) -> DeploymentState | None:
     return agg.state if isinstance(agg, Deployment) else None
 
 
-def owners_of(uow: UnitOfWork, catalog: CatalogState | None, ids: Iterable[UUID | None]) -> dict[UUID, UUID]:
+def _reader(source: Any) -> tuple[Any, Any]:
+    """(application, read) of a unit of work (its ``read``) or of an application (its aggregate cache)."""
+    if isinstance(source, UnitOfWork):
+        return source.app, source.read
+    return source, lambda aggregate_id: source.load_cached(aggregate_id, copy=False)
+
+
+def find_catalog(source: Any, organization_id: UUID) -> CatalogState | None:
+    """The organization's catalog (wherever its stream is: ``ledger.streams``), read-only, or None."""
+    app, read = _reader(source)
+    return catalog_of(locate(app, OrganizationCatalog, organization_id, read)[1])
+
+
+def find_deployment(source: Any) -> DeploymentState | None:
+    app, read = _reader(source)
+    return deployment_of(locate(app, Deployment, DEPLOYMENT_ID, read)[1])
+
+
+def claim_owner(source: Any, model_config_id: UUID) -> UUID | None:
+    """The organization a model config id belongs to, from its claim stream; None when unclaimed."""
+    app, read = _reader(source)
+    claim = locate(app, ModelConfigClaim, model_config_id, read)[1]
+    return claim.state.organization_id if claim is not None else None
+
+
+def owners_of(source: Any, catalog: CatalogState | None, ids: Iterable[UUID | None]) -> dict[UUID, UUID]:
     """The owning organization of each id the catalog does not hold (from its claim stream)."""
     owners: dict[UUID, UUID] = {}
     for cid in ids:
@@ -139,9 +164,9 @@ def owners_of(uow: UnitOfWork, catalog: CatalogState | None, ids: Iterable[UUID 
             continue
         if catalog is not None and (cid in catalog.configs or cid in catalog.deleted):
             continue
-        claim = uow.read(cid)
-        if isinstance(claim, ModelConfigClaim):
-            owners[cid] = claim.state.organization_id
+        owner = claim_owner(source, cid)
+        if owner is not None:
+            owners[cid] = owner
     return owners
 
 
@@ -149,16 +174,15 @@ def load_model_facts(uow: UnitOfWork, organization_id: UUID, ids: Iterable[UUID 
                      deployment: bool = False) -> ModelFacts:
     """What model resolution for a chat of ``organization_id`` needs, read through the aggregate cache
     (no replay, no copy): the catalog, the deployment when asked, and the owners of ``ids`` it lacks."""
-    catalog = catalog_of(uow.read(organization_id))
-    dep = deployment_of(uow.read(DEPLOYMENT_ID)) if deployment else None
+    catalog = find_catalog(uow, organization_id)
+    dep = find_deployment(uow) if deployment else None
     return ModelFacts(organization_id, catalog, dep, owners_of(uow, catalog, ids))
 
 
-def _catalog_for_write(uow: UnitOfWork, organization_id: UUID) -> OrganizationCatalog | None:
-    agg = uow.get_cached(organization_id)
-    if agg is not None and not isinstance(agg, OrganizationCatalog):
-        raise LedgerError(cd.STREAM_TAKEN, f"organization id {organization_id} is the id of another stream")
-    return agg
+def _catalog_for_write(uow: UnitOfWork, organization_id: UUID) -> tuple[UUID, OrganizationCatalog | None]:
+    """The catalog's stream id and a copy of it to record on (None before its first event)."""
+    refuse_reserved("organization_id", organization_id)
+    return locate(uow.app, OrganizationCatalog, organization_id, uow.get_cached)
 
 
 # -- results ---------------------------------------------------------------------------------------------
@@ -184,10 +208,14 @@ def _empty_result(organization_id: UUID) -> dict[str, Any]:
             "recorded": 0, "default_changes": []}
 
 
-def _repeat(app: Any, agg: Any, key: str, result: Any) -> dict[str, Any]:
-    first, last = agg.state.idempotency[key]
+def _repeat(app: Any, agg: Any, cmd: Command, result: Any) -> dict[str, Any]:
+    """The first result of the command that recorded ``cmd``'s key on this stream (``idempotency_key_reused``
+    when that was a different command)."""
+    first, last = agg.state.idempotency[cmd.idempotency_key]
+    events = app.stream(agg.id, gt=first - 1, lte=last)
+    check_repeat(cmd, events)
     past = app.load(agg.id, version=last)
-    return result(past.state, app.stream(agg.id, gt=first - 1, lte=last))
+    return result(past.state, events)
 
 
 def on_catalog(app: Any, cmd: Any, decide: Any, extra: dict[str, Any] | None = None,
@@ -200,12 +228,12 @@ def on_catalog(app: Any, cmd: Any, decide: Any, extra: dict[str, Any] | None = N
     org = cmd.organization_id
 
     def work(uow: UnitOfWork) -> dict[str, Any]:
-        agg = _catalog_for_write(uow, org)
+        stream_id, agg = _catalog_for_write(uow, org)
         state = agg.state if agg is not None else None
         if agg is not None and cmd.idempotency_key is not None and cmd.idempotency_key in state.idempotency:
-            result = _repeat(app, agg, cmd.idempotency_key, catalog_result)
+            result = _repeat(app, agg, cmd, catalog_result)
         else:
-            em = Emitter(org, agg.version if agg is not None else 0, uow.now, cmd.idempotency_key, cmd.actor)
+            em = emitter(cmd, stream_id, agg.version if agg is not None else 0, uow.now)
             context = prepare(uow, state) if prepare is not None else None
             events = decide(state, em, context)
             if not events:
@@ -219,9 +247,11 @@ def on_catalog(app: Any, cmd: Any, decide: Any, extra: dict[str, Any] | None = N
                     if isinstance(e, cev.ModelConfigCreated):
                         # The id's claim, in the same transaction: ids are unique across organizations,
                         # and a chat of another organization naming it is told it is foreign.
-                        claim = Emitter(e.config.model_config_id, 0, uow.now, cmd.idempotency_key, cmd.actor)
+                        cid = e.config.model_config_id
+                        claim_id, _ = locate(app, ModelConfigClaim, cid, uow.read)
+                        claim = emitter(cmd, claim_id, 0, uow.now)
                         claim.emit(cev.ModelConfigClaimed, originator_topic=ModelConfigClaim.TOPIC,
-                                   organization_id=org)
+                                   organization_id=org, model_config_id=cid if claim_id != cid else None)
                         uow.create(ModelConfigClaim, claim.events)
                 result = catalog_result(agg.state, events)
         result.update(extra or {})
@@ -257,6 +287,7 @@ def create_model_config(app: Any, cmd: CreateModelConfig) -> dict[str, Any]:
         cid = uuid5(MODEL_CONFIG_KEY_NAMESPACE, f"{cmd.organization_id}/{cmd.idempotency_key}")
     else:
         cid = uuid4()
+    refuse_reserved("model_config_id", cid)
     config = ModelConfig(
         model_config_id=cid, provider=cmd.provider, model=cmd.model,
         display_name=cmd.display_name if cmd.display_name is not None else cmd.model,
@@ -264,10 +295,7 @@ def create_model_config(app: Any, cmd: CreateModelConfig) -> dict[str, Any]:
         reasoning_effort=cmd.reasoning_effort)
 
     def claimed_by(uow: UnitOfWork, state: CatalogState | None) -> UUID | None:
-        claim = uow.read(cid)
-        if claim is None:
-            return None
-        return claim.state.organization_id if isinstance(claim, ModelConfigClaim) else cmd.organization_id
+        return claim_owner(uow, cid)
 
     return on_catalog(app, cmd, lambda s, em, owner: cd.create_model_config(
         s, em, organization_id=cmd.organization_id, topic=_TOPIC, config=config, is_default=cmd.is_default,
@@ -306,7 +334,7 @@ def set_provider(app: Any, cmd: SetProvider) -> dict[str, Any]:
 
 def _facts(cmd: Any, deployment: bool = False) -> Any:
     def prepare(uow: UnitOfWork, state: CatalogState | None) -> ModelFacts:
-        dep = deployment_of(uow.read(DEPLOYMENT_ID)) if deployment else None
+        dep = find_deployment(uow) if deployment else None
         return ModelFacts(cmd.organization_id, state, dep, owners_of(uow, state, [cmd.model_config_id]))
     return prepare
 
@@ -341,13 +369,11 @@ def set_deployment_settings(app: Any, cmd: SetDeploymentSettings) -> dict[str, A
     settings = {k: getattr(cmd, k) for k in cd.DEPLOYMENT_SETTINGS}
 
     def work(uow: UnitOfWork) -> dict[str, Any]:
-        agg = uow.get_cached(DEPLOYMENT_ID)
-        if agg is not None and not isinstance(agg, Deployment):  # pragma: no cover - a fixed id
-            raise LedgerError(cd.STREAM_TAKEN, "the deployment id is the id of another stream")
+        stream_id, agg = locate(app, Deployment, DEPLOYMENT_ID, uow.get_cached)
         state = agg.state if agg is not None else None
         if agg is not None and cmd.idempotency_key is not None and cmd.idempotency_key in state.idempotency:
-            return _repeat(app, agg, cmd.idempotency_key, deployment_result)
-        em = Emitter(DEPLOYMENT_ID, agg.version if agg is not None else 0, uow.now, cmd.idempotency_key, cmd.actor)
+            return _repeat(app, agg, cmd, deployment_result)
+        em = emitter(cmd, stream_id, agg.version if agg is not None else 0, uow.now)
         events = cd.set_deployment_settings(state, em, topic=Deployment.TOPIC, settings=settings)
         if events:
             if agg is None:

@@ -10,16 +10,16 @@ already recorded on the chat returns the first result, rebuilt from the events t
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 from uuid import UUID, uuid4, uuid5
 
 import msgspec
 
-from commands.base import Command, handles
+from commands.base import Command, check_repeat, emitter, handles
 from commands.catalog import load_model_facts
 from commands.uow import UnitOfWork, run
 from ledger.base import Emitter
-from ledger.catalog.resolve import ModelFacts, ModelFactsNeeded
+from ledger.catalog.resolve import ModelFacts, ModelFactsNeeded, unusable_error
 from ledger.catalog.values import EffortLevel
 from ledger.chat import decide as d
 from ledger.chat import events as ev
@@ -27,8 +27,10 @@ from ledger.chat.aggregate import Chat
 from ledger.chat.state import ChatState
 from ledger.chat.values import ChatError, MessageInput, TextPart
 from ledger.errors import LedgerError, invalid_command
+from ledger.streams import refuse_reserved
 
 IDEMPOTENT_CREATE_NAMESPACE = UUID("3c1f8a52-7d4e-5b9a-8e21-0f6d4c7b2a93")
+NIL_UUID = UUID(int=0)
 
 
 class ToolResultInput(msgspec.Struct, forbid_unknown_fields=True):
@@ -263,10 +265,14 @@ def chat_result(state: ChatState, events: list[Any]) -> dict[str, Any]:
     return result
 
 
-def _repeat_result(app: Any, chat: Chat, key: str) -> dict[str, Any]:
-    first, last = chat.state.idempotency[key]
+def _repeat_result(app: Any, chat: Chat, cmd: Command) -> dict[str, Any]:
+    """The first result of the command that recorded ``cmd``'s key on this chat (``idempotency_key_reused``
+    when that was a different command)."""
+    first, last = chat.state.idempotency[cmd.idempotency_key]  # type: ignore[index]
+    events = app.stream(chat.id, gt=first - 1, lte=last)
+    check_repeat(cmd, events)
     past = app.load(chat.id, version=last)
-    return chat_result(past.state, app.stream(chat.id, gt=first - 1, lte=last))
+    return chat_result(past.state, events)
 
 
 def _load_chat(uow: UnitOfWork, chat_id: UUID) -> Chat:
@@ -277,32 +283,33 @@ def _load_chat(uow: UnitOfWork, chat_id: UUID) -> Chat:
 
 
 def _emitter(uow: UnitOfWork, agg: Chat | None, chat_id: UUID, cmd: Command) -> Emitter:
-    return Emitter(chat_id, agg.version if agg else 0, uow.now, cmd.idempotency_key, cmd.actor)
+    return emitter(cmd, chat_id, agg.version if agg else 0, uow.now)
 
 
-def chat_model_facts(uow: UnitOfWork, state: ChatState, explicit: UUID | None = None) -> ModelFacts:
+def chat_model_facts(uow: UnitOfWork, state: ChatState, explicit: UUID | None = None,
+                     more: Sequence[UUID] = ()) -> ModelFacts:
     """What resolving a model on this chat may need: its organization's catalog and the owners of the ids
-    in play that the catalog lacks (the explicit one, the chat's, the queued prompts')."""
-    ids = [explicit, state.model_config_id, *(q.model_config_id for q in state.queue)]
+    in play that the catalog lacks (the explicit one and ``more``, the chat's, the queued prompts')."""
+    ids = [explicit, *more, state.model_config_id, *(q.model_config_id for q in state.queue)]
     return load_model_facts(uow, state.organization_id, ids)
 
 
 def on_chat(app: Any, cmd: Any, decide: Callable[..., list[Any]], *, models: bool = False,
-            explicit: UUID | None = None) -> dict[str, Any]:
+            explicit: UUID | None = None, more: Sequence[UUID] = ()) -> dict[str, Any]:
     """Run ``decide(state, em)`` (or, with ``models``, ``decide(state, em, facts)``: first without facts,
     again with them when it raises ``ModelFactsNeeded``) on the command's chat and record the events."""
 
     def work(uow: UnitOfWork) -> dict[str, Any]:
         chat = _load_chat(uow, cmd.chat_id)
         if cmd.idempotency_key is not None and cmd.idempotency_key in chat.state.idempotency:
-            return _repeat_result(app, chat, cmd.idempotency_key)
+            return _repeat_result(app, chat, cmd)
         if not models:
             events = decide(chat.state, _emitter(uow, chat, chat.id, cmd))
         else:
             try:
                 events = decide(chat.state, _emitter(uow, chat, chat.id, cmd), None)
             except ModelFactsNeeded:
-                facts = chat_model_facts(uow, chat.state, explicit)
+                facts = chat_model_facts(uow, chat.state, explicit, more)
                 events = decide(chat.state, _emitter(uow, chat, chat.id, cmd), facts)
         uow.record(chat, events)
         return chat_result(chat.state, events)
@@ -314,6 +321,9 @@ def on_chat(app: Any, cmd: Any, decide: Callable[..., list[Any]], *, models: boo
 
 @handles(CreateChat)
 def create_chat(app: Any, cmd: CreateChat) -> dict[str, Any]:
+    if cmd.chat_id == NIL_UUID:  # before the reserved ids, in chatd's words (decide checks it again)
+        raise invalid_command("chatstate: CreateChatWithID called with nil chat ID")
+    refuse_reserved("chat_id", cmd.chat_id)
     message = cmd.given_message()
     if cmd.chat_id is not None:
         chat_id = cmd.chat_id
@@ -327,7 +337,7 @@ def create_chat(app: Any, cmd: CreateChat) -> dict[str, Any]:
         existing = uow.get(chat_id)
         if existing is not None:
             if isinstance(existing, Chat) and cmd.idempotency_key in existing.state.idempotency:
-                return _repeat_result(app, existing, cmd.idempotency_key)  # type: ignore[index]
+                return _repeat_result(app, existing, cmd)
             raise LedgerError("chat_already_exists", f"chat {chat_id} already exists")
         parent = _load_chat(uow, cmd.parent_chat_id) if cmd.parent_chat_id else None
         if parent is not None and parent.state.root_chat_id != parent.id:
@@ -440,8 +450,29 @@ def finish_turn(app: Any, cmd: FinishTurn) -> dict[str, Any]:
 
 @handles(CommitStep)
 def commit_step(app: Any, cmd: CommitStep) -> dict[str, Any]:
-    return on_chat(app, cmd, lambda s, em: d.commit_step(
-        s, em, messages=cmd.messages, consume_compaction_request=cmd.consume_compaction_request))
+    """A message's ``model_config_id`` (the model that produced it) must be one of the chat's organization
+    (a live or deleted config of its catalog): one claimed by another organization, or by none, is
+    ``model_config_foreign_org``."""
+    named = sorted({m.model_config_id for m in cmd.messages if m.model_config_id is not None}, key=str)
+
+    def decide(s: ChatState, em: Emitter, facts: ModelFacts | None) -> list[Any]:
+        if named:
+            if facts is None:
+                raise ModelFactsNeeded
+            for mid in named:
+                if not _of_organization(facts, mid):
+                    raise unusable_error("foreign_org")
+        return d.commit_step(s, em, messages=cmd.messages, consume_compaction_request=cmd.consume_compaction_request)
+
+    return on_chat(app, cmd, decide, models=True, explicit=named[0] if named else None,
+                   more=named[1:])
+
+
+def _of_organization(facts: ModelFacts, model_config_id: UUID) -> bool:
+    catalog = facts.catalog
+    if catalog is not None and (model_config_id in catalog.configs or model_config_id in catalog.deleted):
+        return True
+    return facts.owners.get(model_config_id) == facts.organization_id
 
 
 @handles(FinishInterruption)
@@ -493,7 +524,7 @@ def set_archived(app: Any, cmd: SetArchived) -> dict[str, Any]:
     def work(uow: UnitOfWork) -> dict[str, Any]:
         root = _load_chat(uow, cmd.chat_id)
         if cmd.idempotency_key is not None and cmd.idempotency_key in root.state.idempotency:
-            return _repeat_result(app, root, cmd.idempotency_key)
+            return _repeat_result(app, root, cmd)
         d.check_family_archive(root.state, cmd.archived)
         changed = []
         for member in _descendants(uow, root):
@@ -517,7 +548,7 @@ def end_chat(app: Any, cmd: EndChat) -> dict[str, Any]:
     def work(uow: UnitOfWork) -> dict[str, Any]:
         chat = _load_chat(uow, cmd.chat_id)
         if cmd.idempotency_key is not None and cmd.idempotency_key in chat.state.idempotency:
-            return _repeat_result(app, chat, cmd.idempotency_key)
+            return _repeat_result(app, chat, cmd)
         members = [m for m in _descendants(uow, chat) if not m.state.archived]
         events = d.end_chat(chat.state, _emitter(uow, chat, chat.id, cmd), prefix_messages=cmd.prefix_messages,
                             cascaded_to=[m.id for m in members])

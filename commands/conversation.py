@@ -22,7 +22,7 @@ from uuid import NAMESPACE_URL, UUID, uuid4, uuid5
 
 import msgspec
 
-from commands.base import Command, handles
+from commands.base import Command, check_repeat, emitter, handles
 from commands.uow import UnitOfWork, run
 from ledger.base import Emitter, LedgerEvent
 from ledger.conversation import decide as core
@@ -44,6 +44,7 @@ from ledger.conversation.values import (
     Arrival, Box, BoxValue, OutputItem, Session, SteerToken, TextItem, ToolCall,
 )
 from ledger.errors import LedgerError, invalid_command
+from ledger.streams import refuse_reserved
 
 #: Namespace of conversation ids derived from an idempotency key (``conversation_start`` without an id).
 CONVERSATION_KEY_NAMESPACE = uuid5(NAMESPACE_URL, "chat-ledger:conversation")
@@ -273,8 +274,8 @@ def _replayed(app: Any, agg: Conversation, cmd: Command, outputs: Outputs) -> di
     if seen is None:
         return None
     events = app.stream(agg.id, gt=seen.first - 1, lte=seen.last)
-    if not {type(e) for e in events} <= _RECORDS[type(cmd)]:
-        raise LedgerError(*IDEMPOTENCY_KEY_REUSED)
+    if not check_repeat(cmd, events) and not {type(e) for e in events} <= _RECORDS[type(cmd)]:
+        raise LedgerError(*IDEMPOTENCY_KEY_REUSED)  # a key recorded without its command's identity
     then = app.load(agg.id, version=seen.last)
     return _result(agg.id, then.version, then.state, outputs(events, then.state))
 
@@ -294,8 +295,8 @@ def _execute(app: Any, cmd: Any,
         replay = _replayed(app, agg, cmd, outputs)
         if replay is not None:
             return replay
-        emitter = Emitter(agg.id, agg.version, uow.now, cmd.idempotency_key, cmd.actor)
-        events = decide(agg.state, emitter)
+        em = emitter(cmd, agg.id, agg.version, uow.now)
+        events = decide(agg.state, em)
         uow.record(agg, events)
         return _result(agg.id, agg.version, agg.state, outputs(events, agg.state))
 
@@ -306,6 +307,7 @@ def _execute(app: Any, cmd: Any,
 
 @handles(ConversationStart)
 def handle_start(app: Any, cmd: ConversationStart) -> dict[str, Any]:
+    refuse_reserved("conversation_id", cmd.conversation_id)
     if cmd.conversation_id is not None:
         conversation_id = cmd.conversation_id
     elif cmd.idempotency_key is not None:
@@ -322,8 +324,8 @@ def handle_start(app: Any, cmd: ConversationStart) -> dict[str, Any]:
             if replay is not None:
                 return replay
             raise refuse(CONVERSATION_EXISTS)
-        emitter = Emitter(conversation_id, 0, uow.now, cmd.idempotency_key, cmd.actor)
-        events = core.decide_start(session, cmd.transcript, cmd.force, emitter)
+        em = emitter(cmd, conversation_id, 0, uow.now)
+        events = core.decide_start(session, cmd.transcript, cmd.force, em)
         agg = uow.create(Conversation, events)
         return _result(agg.id, agg.version, agg.state, _start_outputs(events, agg.state))
 

@@ -6,8 +6,9 @@ The command union is assembled from the feature modules' ``@handles`` registrati
 from __future__ import annotations
 
 import functools
-import json
+import re
 from typing import Any, Callable, Iterable, Union
+from uuid import UUID
 
 import msgspec
 
@@ -16,7 +17,7 @@ import commands.chat  # noqa: F401  (registers the chat commands)
 import commands.conversation  # noqa: F401  (registers the conversation commands)
 import commands.toolcalls  # noqa: F401  (registers the tool-call execution commands)
 from commands.base import HANDLERS, Command, command_type
-from ledger.errors import LedgerError, invalid_command
+from ledger.errors import LedgerError, clip, invalid_command
 
 
 @functools.cache
@@ -28,23 +29,58 @@ def command_types() -> list[str]:
     return sorted(command_type(c) for c in HANDLERS)
 
 
-#: longest error detail echoed back: msgspec quotes offending field names and values whole (a 1 MB
-#: unknown field name made a 1 MB error line)
-MAX_DETAIL = 300
-
-
-def _clip(detail: str) -> str:
-    return detail if len(detail) <= MAX_DETAIL else f"{detail[:MAX_DETAIL]}… ({len(detail):,} characters)"
-
-
 def decode_command(data: bytes | str) -> Command:
-    """Parse one JSON command; anything malformed is ``invalid_command`` naming what is wrong."""
+    """Parse one JSON command; anything malformed (not JSON, not UTF-8, nested too deeply for the decoder,
+    not a command, a UUID not in canonical form) is ``invalid_command`` naming what is wrong."""
     try:
-        return _decoder().decode(data)
+        command = _decoder().decode(data)
     except msgspec.ValidationError as e:
-        raise invalid_command(f"invalid command: {_clip(str(e))}") from None
+        raise invalid_command(f"invalid command: {clip(str(e))}") from None
     except msgspec.DecodeError as e:
-        raise invalid_command(f"malformed JSON: {_clip(str(e))}") from None
+        raise invalid_command(f"malformed JSON: {clip(str(e))}") from None
+    except RecursionError:
+        raise invalid_command("malformed JSON: nested too deeply") from None
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if _MAYBE_NONCANONICAL.search(raw):
+        where = _noncanonical_uuid(command, msgspec.json.decode(raw), "$")
+        if where is not None:
+            raise invalid_command(f"invalid command: a UUID must be canonical (lowercase, hyphenated: "
+                                  f"8-4-4-4-12 hex digits) - at `{where}`")
+    return command
+
+
+#: UUIDs are canonical in commands (CONTRACT §1), but the decoder also takes upper-case and unhyphenated
+#: ones: a command whose text holds something that could be one (or a \u escape) is checked field by field
+_MAYBE_NONCANONICAL = re.compile(rb'"[0-9a-fA-F]{32}"|"[0-9a-fA-F-]*[A-F][0-9a-fA-F-]*"|\\u')
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _noncanonical_uuid(typed: Any, raw: Any, path: str) -> str | None:
+    """The path of the first UUID value of the decoded command whose JSON text is not canonical: ``typed``
+    (the decoded value) and ``raw`` (the same JSON decoded untyped) are walked side by side."""
+    if isinstance(typed, UUID):
+        return None if isinstance(raw, str) and _CANONICAL_UUID.fullmatch(raw) else path
+    if isinstance(typed, msgspec.Struct):
+        if isinstance(raw, dict):
+            for f in msgspec.structs.fields(typed):
+                if f.encode_name in raw:
+                    found = _noncanonical_uuid(getattr(typed, f.name), raw[f.encode_name], f"{path}.{f.encode_name}")
+                    if found is not None:
+                        return found
+    elif isinstance(typed, (list, tuple)) and isinstance(raw, list):
+        for i, (t, r) in enumerate(zip(typed, raw)):
+            found = _noncanonical_uuid(t, r, f"{path}[{i}]")
+            if found is not None:
+                return found
+    elif isinstance(typed, dict) and isinstance(raw, dict):
+        for k, v in typed.items():
+            if isinstance(k, UUID):
+                return f"{path} (a key)" if any(not _CANONICAL_UUID.fullmatch(rk) for rk in raw) else None
+            if isinstance(k, str) and k in raw:
+                found = _noncanonical_uuid(v, raw[k], f"{path}.{k}")
+                if found is not None:
+                    return found
+    return None
 
 
 def command_from_dict(obj: dict[str, Any]) -> Command:
@@ -62,19 +98,34 @@ def execute_json(app: Any, data: bytes | str) -> dict[str, Any]:
     return execute(app, decode_command(data))
 
 
-def apply_lines(app: Any, lines: Iterable[str], stop_on_error: bool = False,
+BOM = b"\xef\xbb\xbf"
+
+
+def apply_lines(app: Any, lines: Iterable[bytes | str], stop_on_error: bool = False,
                 out: Callable[[dict[str, Any]], None] = lambda _: None) -> tuple[int, int]:
-    """Run JSONL commands in order, handing ``out`` one result line each (CONTRACT §4). Returns (ok, refused)."""
+    """Run JSONL commands in order, handing ``out`` one result line each (CONTRACT §4), as each line is
+    run (so a caller streaming commands reads each result before sending the next). Returns (ok, refused).
+
+    Lines are bytes (``str`` lines are encoded as UTF-8): every non-blank line gets exactly one result,
+    whatever it holds — a line that is not UTF-8, not JSON or nested too deeply is ``invalid_command`` for
+    that line alone. A UTF-8 byte order mark opening line 1 is ignored."""
     ok = refused = 0
     for number, line in enumerate(lines, start=1):
+        if isinstance(line, str):
+            line = line.encode("utf-8", "surrogatepass")  # a lone surrogate stays invalid UTF-8: refused below
+        if number == 1 and line.startswith(BOM):
+            line = line[len(BOM):]
         if not line.strip():
             continue
-        ctype = _type_of(line)
+        ctype = None
         try:
-            result = execute(app, decode_command(line))
+            command = decode_command(line)
+            ctype = command_type(type(command))
+            result = execute(app, command)
         except LedgerError as e:
             refused += 1
-            out({"line": number, "ok": False, "type": ctype, "error": e.to_dict()})
+            out({"line": number, "ok": False, "type": ctype if ctype is not None else _type_of(line),
+                 "error": e.to_dict()})
             if stop_on_error:
                 break
             continue
@@ -83,12 +134,19 @@ def apply_lines(app: Any, lines: Iterable[str], stop_on_error: bool = False,
     return ok, refused
 
 
-def _type_of(line: str) -> Any:
+class _Typed(msgspec.Struct):
+    type: Any = None
+
+
+_typed = msgspec.json.Decoder(_Typed)
+
+
+def _type_of(line: bytes) -> str | None:
+    """The ``type`` a refused line names, when it is a JSON object with a string ``type`` (best effort)."""
     try:
-        obj = json.loads(line)
-    except ValueError:
+        t = _typed.decode(line).type
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
-    t = obj.get("type") if isinstance(obj, dict) else None
     return t if isinstance(t, str) else None
 
 

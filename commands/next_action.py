@@ -16,11 +16,9 @@ from uuid import UUID
 
 import msgspec
 
-from commands.catalog import catalog_of, deployment_of
+from commands.catalog import find_catalog, find_deployment, owners_of
 from commands.toolcalls import load_execution
 from ledger.base import fast_project
-from ledger.catalog.aggregate import ModelConfigClaim
-from ledger.catalog.state import DEPLOYMENT_ID
 from ledger.chat.aggregate import Chat
 from ledger.chat.state import ChatState
 from ledger.chat.values import ToolResultPart
@@ -35,15 +33,8 @@ from ledger.policy.tools import ADVISOR
 def catalog_facts(app: Any, state: ChatState) -> tuple[Any, Any, dict[Any, Any]]:
     """The chat organization's catalog, the deployment and the owner of the chat's model when the catalog
     lacks it (read through the aggregate cache): what ``generation_settings`` needs."""
-    catalog = catalog_of(app.load_cached(state.organization_id, copy=False))
-    deployment = deployment_of(app.load_cached(DEPLOYMENT_ID, copy=False))
-    owners: dict[Any, Any] = {}
-    mid = state.model_config_id
-    if mid is not None and (catalog is None or mid not in catalog.configs):
-        claim = app.load_cached(mid, copy=False)
-        if isinstance(claim, ModelConfigClaim):
-            owners[mid] = claim.state.organization_id
-    return catalog, deployment, owners
+    catalog = find_catalog(app, state.organization_id)
+    return catalog, find_deployment(app), owners_of(app, catalog, [state.model_config_id])
 
 
 def settings_for(app: Any, state: ChatState, *, threshold: int | None = None, context_limit: int | None = None,

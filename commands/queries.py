@@ -72,14 +72,13 @@ def chat_version_as_of(app: Any, chat_id: UUID, at_version: int | None, as_of: s
 
 def resolve_chat_model(app: Any, chat_id: UUID, context: str, user_id: UUID | None = None) -> dict[str, Any]:
     """The model a chat's generation would run on now for ``context``, and why. Records nothing."""
-    from commands.catalog import catalog_of, deployment_of, owners_of
+    from commands.catalog import find_catalog, find_deployment, owners_of
     from commands.uow import UnitOfWork
     from ledger.catalog.resolve import ChatModelFacts, resolve_model
-    from ledger.catalog.state import DEPLOYMENT_ID
 
     chat = load_chat(app, chat_id).state
     uow = UnitOfWork(app)
-    catalog = catalog_of(uow.read(chat.organization_id))
+    catalog = find_catalog(uow, chat.organization_id)
     ids = [chat.model_config_id]
     if catalog is not None:
         ids += [o.model_config_id for o in catalog.admin_overrides.values()]
@@ -87,7 +86,7 @@ def resolve_chat_model(app: Any, chat_id: UUID, context: str, user_id: UUID | No
         context,  # type: ignore[arg-type]
         ChatModelFacts(organization_id=chat.organization_id, owner_id=chat.owner_id,
                        model_config_id=chat.model_config_id),
-        catalog, deployment_of(uow.read(DEPLOYMENT_ID)), user_id, owners_of(uow, catalog, ids))
+        catalog, find_deployment(uow), user_id, owners_of(uow, catalog, ids))
     row = {"chat_id": str(chat.chat_id), **msgspec.to_builtins(resolved)}
     row.setdefault("reason", None)
     row.setdefault("requested_model_config_id", None)

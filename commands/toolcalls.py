@@ -20,11 +20,12 @@ from uuid import UUID
 
 import msgspec
 
-from commands.base import Command, handles
+from commands.base import Command, check_repeat, emitter, handles
 from commands.uow import UnitOfWork, run
 from ledger.base import Emitter
 from ledger.chat.aggregate import Chat
 from ledger.errors import LedgerError
+from ledger.streams import locate
 from ledger.toolcalls import decide as core
 from ledger.toolcalls import events as ev
 from ledger.toolcalls.aggregate import ToolCallExecution
@@ -116,8 +117,8 @@ def _replayed(app: Any, agg: ToolCallExecution, cmd: Command, outputs: Outputs) 
         return None
     first, last = span
     events = app.stream(agg.id, gt=first - 1, lte=last)
-    if _of(events, _MARKER[type(cmd)]) is None:
-        raise LedgerError(*IDEMPOTENCY_KEY_REUSED)
+    if not check_repeat(cmd, events) and _of(events, _MARKER[type(cmd)]) is None:
+        raise LedgerError(*IDEMPOTENCY_KEY_REUSED)  # a key recorded without its command's identity
     then = app.load(agg.id, version=last)
     return {**execution_row(then.state), **outputs(events, then.state)}
 
@@ -129,20 +130,21 @@ def _execute(app: Any, cmd: _ToolCallCommand,
         chat = uow.get(cmd.chat_id)
         facts = locate_call(chat.state if isinstance(chat, Chat) else None, cmd.assistant_message_id,
                             cmd.tool_call_id)
-        agg = uow.get(facts.execution_id)
-        if agg is not None and not isinstance(agg, ToolCallExecution):  # pragma: no cover - ids are uuid5
-            raise LedgerError("invalid_state", f"stream {facts.execution_id} is not a tool-call execution")
+        stream_id, agg = locate(app, ToolCallExecution, facts.execution_id, uow.get)
+        # the execution id a result names is the call's deterministic one (as the chat's views show it),
+        # also when a stream of another kind took that id and the execution lives at a derived one
+        named = {"execution_id": str(facts.execution_id)}
         if agg is not None:
             replay = _replayed(app, agg, cmd, outputs)
             if replay is not None:
-                return replay
-        em = Emitter(facts.execution_id, agg.version if agg else 0, uow.now, cmd.idempotency_key, cmd.actor)
+                return {**replay, **named}
+        em = emitter(cmd, stream_id, agg.version if agg else 0, uow.now)
         events = decide(agg.state if agg else None, em, facts)
         if agg is None:
             agg = uow.create(ToolCallExecution, events)
         else:
             uow.record(agg, events)
-        return {**execution_row(agg.state), **outputs(events, agg.state)}
+        return {**execution_row(agg.state), **outputs(events, agg.state), **named}
 
     return run(app, work)
 
@@ -171,5 +173,11 @@ def cancel_tool_call(app: Any, cmd: CancelToolCall) -> dict[str, Any]:
 # -- reads ----------------------------------------------------------------------------------------------
 
 def load_execution(app: Any, execution_id: UUID) -> ToolCallExecution | None:
-    agg = app.load(execution_id)
-    return agg if isinstance(agg, ToolCallExecution) else None
+    """The execution of the call whose deterministic id is ``execution_id`` (wherever its stream is)."""
+    return locate(app, ToolCallExecution, execution_id, app.load)[1]
+
+
+def execution_events(app: Any, execution_id: UUID) -> list[Any]:
+    """The events of that execution's stream (none when it has none)."""
+    agg = load_execution(app, execution_id)
+    return app.stream(agg.id) if agg is not None else []

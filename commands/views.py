@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ledger.catalog.state import DEPLOYMENT_ID
 from ledger.catalog.views import models_view
 from ledger.chat.views import json_row
 from ledger.errors import LedgerError
@@ -111,13 +110,13 @@ def conversations(backend: Any, conversation_id: Any = None, status: str | None 
 def organization_models(app: Any, backend: Any, org_id: Any, user_id: Any = None) -> dict[str, Any]:
     """The ``models`` shape read from the org_models view (caught up by the caller). A user the view has no
     row for (neither a member nor with overrides) is computed on demand from the current catalog."""
-    from commands.catalog import catalog_of, deployment_of
+    from commands.catalog import find_catalog, find_deployment
     from projections.org_models import view_row
 
     with backend.reading("org_models") as r:
         orgs = r.query("organizations", where={"organization_id": str(org_id)})
         mine = r.query("users", where={"organization_id": str(org_id), "user_id": str(user_id)}) if user_id else []
-    deployment = deployment_of(app.load_cached(DEPLOYMENT_ID, copy=False))
+    deployment = find_deployment(app)
     if not orgs:
         return models_view(org_id, None, deployment, user_id)
     view = view_row(orgs[0])
@@ -125,6 +124,6 @@ def organization_models(app: Any, backend: Any, org_id: Any, user_id: Any = None
         if mine:
             view["personal_overrides"], view["effective"] = mine[0]["personal_overrides"], mine[0]["effective"]
         else:
-            live = models_view(org_id, catalog_of(app.load_cached(org_id, copy=False)), deployment, user_id)
+            live = models_view(org_id, find_catalog(app, org_id), deployment, user_id)
             view["personal_overrides"], view["effective"] = live["personal_overrides"], live["effective"]
     return view

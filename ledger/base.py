@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any, ClassVar
 from uuid import UUID
 
+import msgspec
 from eventsourcing.domain import AggregateCreated, AggregateEvent, BaseAggregate
 from eventsourcing.utils import register_topic
 
@@ -29,10 +30,20 @@ def _register(cls: type) -> None:
     register_topic(topic, cls)
 
 
+class CommandIdentity(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What identifies the command that carried an idempotency key: its type and a digest of its fields
+    (``commands.base.command_identity``), so a later command with the same key can be told apart."""
+
+    type: str
+    sha256: str
+
+
 class LedgerEvent(AggregateEvent):
     """A recorded fact. Subclasses set ``TOPIC`` and may bump ``class_version`` (with upcasters).
 
-    ``idempotency_key`` and ``actor`` are recorded on every event of the command that produced it.
+    ``idempotency_key`` and ``actor`` are recorded on every event of the command that produced it;
+    ``idempotency_command`` (the command's identity, with a key only) on the first event the command
+    recorded on each stream. Events recorded before identities existed have none.
     """
 
     TOPIC: ClassVar[str] = ""
@@ -41,6 +52,7 @@ class LedgerEvent(AggregateEvent):
 
     idempotency_key: str | None = dataclasses.field(default=None, kw_only=True)
     actor: UUID | None = dataclasses.field(default=None, kw_only=True)
+    idempotency_command: CommandIdentity | None = dataclasses.field(default=None, kw_only=True)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -111,15 +123,18 @@ def fast_project(aggregate: Any, events: Any) -> Any:
 
 class Emitter:
     """Builds the events one command records on one stream: consecutive versions, one timestamp,
-    and the command's ``idempotency_key`` and ``actor`` on each. Pure: the clock is read by the caller."""
+    the command's ``idempotency_key`` and ``actor`` on each, and its ``idempotency_command`` on the first.
+    Pure: the clock is read by the caller."""
 
     def __init__(self, originator_id: UUID, version: int, timestamp: Any,
-                 idempotency_key: str | None = None, actor: UUID | None = None) -> None:
+                 idempotency_key: str | None = None, actor: UUID | None = None,
+                 idempotency_command: CommandIdentity | None = None) -> None:
         self.originator_id = originator_id
         self.version = version  # version of the last event already in the stream (0 for a new one)
         self.timestamp = timestamp
         self.idempotency_key = idempotency_key
         self.actor = actor
+        self.idempotency_command = idempotency_command
         self.events: list[LedgerEvent] = []
 
     def emit(self, event_class: type[LedgerEvent], **fields: Any) -> LedgerEvent:
@@ -127,6 +142,8 @@ class Emitter:
         extra: dict[str, Any] = {}
         if issubclass(event_class, LedgerCreated):
             extra["originator_topic"] = fields.pop("originator_topic")
+        if not self.events and self.idempotency_command is not None:
+            extra["idempotency_command"] = self.idempotency_command
         event = event_class(
             originator_id=self.originator_id, originator_version=self.version, timestamp=self.timestamp,
             idempotency_key=self.idempotency_key, actor=self.actor, **extra, **fields,

@@ -25,7 +25,7 @@ from ledger.base import TOPICS
 
 FORMATS = ("json", "msgpack")
 _SKIP_FIELDS = ("originator_id", "originator_version")
-_DROP_IF_NONE = ("idempotency_key", "actor")
+_DROP_IF_NONE = ("idempotency_key", "actor", "idempotency_command")
 
 
 class CodecError(MapperDeserialisationError):

@@ -29,3 +29,12 @@ def transition_not_allowed(transition: str, state: str, reason: str | None = Non
 
 def invalid_command(message: str) -> LedgerError:
     return LedgerError("invalid_command", message)
+
+
+#: longest detail echoed back in an error message: decoders quote offending names and values whole (a 1 MB
+#: unknown field name made a 1 MB error line)
+MAX_DETAIL = 300
+
+
+def clip(detail: str) -> str:
+    return detail if len(detail) <= MAX_DETAIL else f"{detail[:MAX_DETAIL]}… ({len(detail):,} characters)"

@@ -10,6 +10,7 @@ import click
 
 from commands.cli.context import Ctx, emit_json, parse_uuid, pass_ctx
 from commands.queries import chat_events, cut_version, stream_events
+from commands.toolcalls import execution_events
 from ledger.audit.explain import explain_queued, explain_tool_call, explain_turn
 from ledger.audit.timeline import timeline
 
@@ -78,7 +79,7 @@ def explain(c: Ctx, chat_id: str, tool_call: str | None, queued_message: int | N
     cid = parse_uuid(chat_id)
     events = chat_events(c.app, cid)
     if tool_call is not None:
-        data = explain_tool_call(events, tool_call, lambda eid: c.app.stream(eid))
+        data = explain_tool_call(events, tool_call, lambda eid: execution_events(c.app, eid))
     elif queued_message is not None:
         data = explain_queued(events, queued_message)
     else:

@@ -26,11 +26,12 @@ def init(c: Ctx) -> None:
 # -- apply ---------------------------------------------------------------------------------------------
 
 @click.command()
-@click.argument("file", type=click.File("r", encoding="utf-8"))
+@click.argument("file", type=click.File("rb"))
 @click.option("--stop-on-error", is_flag=True, help="Stop at the first refused line.")
 @pass_ctx
 def apply(c: Ctx, file: Any, stop_on_error: bool) -> None:
-    """Execute a JSONL file of commands (FILE or - for stdin); one JSON result line per command."""
+    """Execute a JSONL file of commands (FILE or - for stdin); one JSON result line per command, written as
+    each command is run."""
     _, refused = apply_lines(c.app, file, stop_on_error, out=emit_json)
     sys.exit(1 if refused else 0)
 

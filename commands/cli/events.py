@@ -70,6 +70,9 @@ def events_export(c: Ctx, since: int, output: Any) -> None:
 @click.argument("file", type=click.File("rb"))
 @pass_ctx
 def events_import(c: Ctx, file: Any) -> None:
-    """Record an export (FILE or - for stdin) into an empty database."""
-    n = import_lines(c.app, file)
+    """Record an export (FILE or - for stdin) into an empty database: every line is checked first, then
+    the whole file is recorded in one transaction (all of it or nothing)."""
+    said = (lambda count: click.echo(f"validated {count} events; recording them in one transaction", err=True)) \
+        if sys.stderr.isatty() else None  # long work talks on a terminal only
+    n = import_lines(c.app, file, on_validated=said)
     click.echo(f"imported {n} events")

@@ -184,7 +184,7 @@ def summarize(e: Any) -> str:
             pass
     fields = {k: v for k, v in vars(e).items()
               if k not in ("originator_id", "originator_version", "timestamp", "idempotency_key", "actor",
-                           "originator_topic")}
+                           "idempotency_command", "originator_topic")}
     return name + (" " + ", ".join(f"{k}={_s(v)}" for k, v in fields.items()) if fields else "")
 
 

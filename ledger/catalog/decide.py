@@ -37,7 +37,6 @@ ALREADY_MEMBER = ("already_organization_member", "user is already a member of th
 MEMBER_NOT_FOUND = ("organization_member_not_found", "user is not a member of the organization")
 OVERRIDES_DISABLED = ("personal_model_overrides_disabled",
                       "An administrator has not enabled user personal model overrides.")
-STREAM_TAKEN = "organization_id_in_use"
 
 
 def _scratch(state: CatalogState) -> CatalogState:

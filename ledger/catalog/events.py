@@ -118,7 +118,11 @@ class DeploymentSettingsChanged(DeploymentEvent):
 # -- model config id claims ---------------------------------------------------------------------------------
 
 class ModelConfigClaimed(LedgerCreated):
-    """The model config id ``originator_id`` belongs to ``organization_id`` (for good: ids are never reused)."""
+    """The model config id ``originator_id`` belongs to ``organization_id`` (for good: ids are never reused).
+
+    ``model_config_id`` is given when the claim does not live at the model config id (another kind's stream
+    took it: ``ledger.streams``); None means the stream id."""
 
     TOPIC = "chat-ledger:catalog.ModelConfigClaimed"
     organization_id: UUID
+    model_config_id: UUID | None = None

@@ -103,5 +103,6 @@ def evolve_deployment(state: DeploymentState | None, event: Any) -> DeploymentSt
 
 def evolve_claim(state: ClaimState | None, event: Any) -> ClaimState:
     assert state is None and type(event) is ev.ModelConfigClaimed, "a claim stream has one event"
-    return ClaimState(model_config_id=event.originator_id, organization_id=event.organization_id,
+    return ClaimState(model_config_id=event.model_config_id or event.originator_id,
+                      organization_id=event.organization_id,
                       version=event.originator_version)

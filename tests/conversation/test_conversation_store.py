@@ -169,7 +169,7 @@ def test_a_key_reused_by_a_different_command_is_refused(app, do):
     op(do, cid, "arrive", arrival={"type": "user", "text": "ask"}, idempotency_key="k")
     version = conv.load_conversation(app, UUID(cid)).version
     error = refused_with("idempotency_key_reused", lambda: op(do, cid, "begin", idempotency_key="k"))
-    assert error.message == "idempotency key was already used by a different command"
+    assert error.message == "idempotency key was already used by a different command (a conversation_arrive command)"
     assert conv.load_conversation(app, UUID(cid)).version == version
 
 
