@@ -14,7 +14,9 @@ from uuid import UUID
 
 from ledger.catalog import events as cev
 from ledger.catalog.evolve import evolve_catalog, evolve_deployment
-from ledger.catalog.state import DEFAULT_DEPLOYMENT, DEPLOYMENT_ID, CatalogState
+from ledger.catalog.aggregate import OrganizationCatalog
+from ledger.catalog.state import DEFAULT_DEPLOYMENT, CatalogState
+from ledger.streams import locate
 from ledger.catalog.views import models_view
 from projections.engine import BIGINT, BOOLEAN, JSON, TEXT, TIMESTAMP, Column, Delete, Projection, RowOp, Rows, Table, Upsert
 from projections.folding import StreamFold
@@ -54,9 +56,12 @@ class OrgModelsView(Projection):
     def apply(self, event: Any, rows: Rows) -> Iterable[RowOp]:
         if isinstance(event, cev.DeploymentEvent):
             deployment = self.deployments.after(event, self.deployments.before(event))
-            ops: list[RowOp] = [Upsert("deployment", {"id": str(DEPLOYMENT_ID), "version": event.originator_version})]
+            # the row names the deployment's stream (DEPLOYMENT_ID unless that id was squatted: ledger.streams)
+            ops: list[RowOp] = [Upsert("deployment", {"id": str(event.originator_id),
+                                                      "version": event.originator_version})]
             for org in rows.select("organizations"):
-                catalog = self.app.load(UUID(org["organization_id"]), version=org["version"])
+                stream_id, _ = locate(self.app, OrganizationCatalog, UUID(org["organization_id"]), self.app.load)
+                catalog = self.app.load(stream_id, version=org["version"])
                 ops.extend(self._rows(catalog.state, deployment, rows))
             return ops
         before = self.catalogs.before(event)
@@ -64,10 +69,11 @@ class OrgModelsView(Projection):
         return self._rows(catalog, self._deployment(rows), rows)
 
     def _deployment(self, rows: Rows) -> Any:
-        row = rows.get("deployment", str(DEPLOYMENT_ID))
-        if row is None:
+        found = rows.select("deployment")
+        if not found:
             return DEFAULT_DEPLOYMENT
-        agg = self.app.load(DEPLOYMENT_ID, version=row["version"])
+        row = found[0]
+        agg = self.app.load(UUID(row["id"]), version=row["version"])
         return agg.state if agg is not None else DEFAULT_DEPLOYMENT
 
     def _rows(self, catalog: CatalogState, deployment: Any, rows: Rows) -> list[RowOp]:

@@ -73,7 +73,7 @@ def test_reserved_ids_are_refused_wherever_a_caller_chooses_an_id(app, reserved)
             assert error.message.endswith(f"{reserved} is reserved and cannot be used")
 
 
-def test_a_deployment_id_squatted_by_an_older_version_blocks_nothing(app):
+def test_a_deployment_id_squatted_by_an_older_version_blocks_nothing(app, db_url):
     """Older versions let a chat take the deployment's id: the deployment then lives at a derived id."""
     org_with(app)
     assert app.load(DEPLOYMENT_ID) is None
@@ -96,6 +96,10 @@ def test_a_deployment_id_squatted_by_an_older_version_blocks_nothing(app):
             mode="chat_default")
     assert r["recorded"] >= 1
     assert isinstance(app.load(DEPLOYMENT_ID), Chat)  # the squatter is untouched
+    # the models view reads the relocated deployment too (rows re-derived at each deployment change)
+    models = json.loads(cli(db_url, "models", "--org", ORG, "--user", ALICE, "--json").output)
+    assert models["personal_model_overrides_enabled"] is True
+    assert verify(app)["ok"]
 
 
 def _facts(app: Any) -> Any:
@@ -122,6 +126,10 @@ def test_a_future_organization_id_taken_by_a_chat_blocks_nothing(app, db_url):
     assert isinstance(app.load(derived_id(OrganizationCatalog, uuid.UUID(future))), OrganizationCatalog)
     models = json.loads(cli(db_url, "models", "--org", future, "--json").output)
     assert models["members"] == [BOB] and len(models["configs"]) == 1
+    # a deployment change re-derives every organization's row from its (relocated) catalog
+    run(app, type="set_deployment_settings", personal_model_overrides_enabled=True)
+    models = json.loads(cli(db_url, "models", "--org", future, "--user", BOB, "--json").output)
+    assert models["members"] == [BOB] and models["personal_model_overrides_enabled"] is True
     report = verify(app)
     assert report["ok"], report["anomalies"]
 
