@@ -2,9 +2,10 @@
 
 One application (so one gap-free notification order for projections) on SQLite (the embedded default)
 or PostgreSQL. The database URL is translated into the library's environment variables here and
-nowhere else. Postgres uses the library's default insert path (table lock, so commit order equals
-notification order); ``POSTGRES_ENABLE_DB_FUNCTIONS`` stays off because tailing readers skip events
-with it under concurrent writers.
+nowhere else. Postgres inserts take the library's table lock (so commit order equals notification
+order); ``POSTGRES_ENABLE_DB_FUNCTIONS`` stays off because tailing readers skip events with it under
+concurrent writers. The recorders are this project's (``ledger.recorders``): no blind insert retry,
+in-doubt commits reported, the versions a decision read checked at commit, bounded waits.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application, Repository
-from eventsourcing.persistence import Mapper, Notification
+from eventsourcing.persistence import InfrastructureFactory, Mapper, Notification
 from eventsourcing.utils import strtobool
 
 from ledger.base import DeciderAggregate, fast_project
 from ledger.codec import FORMATS, MsgspecMapper
 from ledger.errors import LedgerError
+from ledger.recorders import CONNECT_TIMEOUT, IDLE_IN_TRANSACTION_TIMEOUT, RECORDER_TOPICS
 
 DEFAULT_URL = "sqlite:///chat-ledger.db"
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -94,7 +96,8 @@ class DatabaseURL:
             "PERSISTENCE_MODULE": "eventsourcing.postgres",
             "POSTGRES_HOST": self.host, "POSTGRES_PORT": str(self.port), "POSTGRES_USER": self.user,
             "POSTGRES_PASSWORD": self.password, "POSTGRES_DBNAME": self.dbname,
-            "POSTGRES_SCHEMA": self.schema, "POSTGRES_CONNECT_TIMEOUT": "10",
+            "POSTGRES_SCHEMA": self.schema, "POSTGRES_CONNECT_TIMEOUT": str(CONNECT_TIMEOUT),
+            "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": str(IDLE_IN_TRANSACTION_TIMEOUT),
             "POSTGRES_POOL_SIZE": "2", "POSTGRES_MAX_OVERFLOW": "8",
         }
 
@@ -102,7 +105,8 @@ class DatabaseURL:
         from psycopg.conninfo import make_conninfo
 
         return make_conninfo(host=self.host, port=self.port, user=self.user,
-                             password=self.password or None, dbname=self.dbname, connect_timeout=10)
+                             password=self.password or None, dbname=self.dbname,
+                             connect_timeout=CONNECT_TIMEOUT)
 
 
 def redact(url: str) -> str:
@@ -172,6 +176,23 @@ class ChatLedgerApp(Application[UUID]):
         if pool is not None and lock_timeout and hasattr(pool, "pool_timeout"):
             pool.pool_timeout = max(float(pool.pool_timeout), float(lock_timeout))
 
+    def construct_env(self, name: str, env: Any = None) -> Any:
+        """The library's environment, with this project's recorder for the persistence module unless one is
+        named (``ledger.recorders``: no blind insert retry, in-doubt commits, versions checked at commit)."""
+        environment = super().construct_env(name, env)
+        topic = RECORDER_TOPICS.get(environment.get("PERSISTENCE_MODULE") or "")
+        if topic and not environment.get(InfrastructureFactory.APPLICATION_RECORDER_TOPIC):
+            environment[InfrastructureFactory.APPLICATION_RECORDER_TOPIC] = topic
+        return environment
+
+    def construct_factory(self, env: Any) -> Any:
+        factory = super().construct_factory(env)
+        pool = getattr(getattr(factory, "datastore", None), "pool", None)
+        kwargs = getattr(pool, "kwargs", None)
+        if isinstance(kwargs, dict) and "dbname" in kwargs:  # psycopg's pool: connect_timeout is libpq's
+            kwargs.setdefault("connect_timeout", CONNECT_TIMEOUT)
+        return factory
+
     def construct_repository(self) -> Repository[UUID]:
         return Repository(event_store=self.events, snapshot_store=self.snapshots)
 
@@ -198,6 +219,16 @@ class ChatLedgerApp(Application[UUID]):
         except AggregateNotFoundError:
             return None
         return deepcopy(aggregate) if copy else aggregate
+
+    def forget_cached(self, aggregate_ids: Any) -> None:
+        """Drop these aggregates from the cache (read from the store next time): the unit of work's remedy
+        for a cached copy found stale at commit (without fast-forward the cache never learns of it)."""
+        cache = self.cached_repository.cache
+        for aggregate_id in aggregate_ids if cache is not None else ():
+            try:
+                cache.get(aggregate_id, evict=True)
+            except KeyError:
+                pass
 
     def save(self, *objs: Any, **kwargs: Any) -> Any:
         recordings = super().save(*objs, **kwargs)
