@@ -148,7 +148,8 @@ def owners_of(uow: UnitOfWork, catalog: CatalogState | None, ids: Iterable[UUID 
 def load_model_facts(uow: UnitOfWork, organization_id: UUID, ids: Iterable[UUID | None] = (),
                      deployment: bool = False) -> ModelFacts:
     """What model resolution for a chat of ``organization_id`` needs, read through the aggregate cache
-    (no replay, no copy): the catalog, the deployment when asked, and the owners of ``ids`` it lacks."""
+    (no replay, no copy): the catalog, the deployment when asked, and the owners of ``ids`` it lacks.
+    Each is a dependency of the decision: the save checks that it is still current (``commands.uow``)."""
     catalog = catalog_of(uow.read(organization_id))
     dep = deployment_of(uow.read(DEPLOYMENT_ID)) if deployment else None
     return ModelFacts(organization_id, catalog, dep, owners_of(uow, catalog, ids))

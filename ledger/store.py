@@ -186,11 +186,15 @@ class ChatLedgerApp(Application[UUID]):
         return environment
 
     def construct_factory(self, env: Any) -> Any:
+        """The library's factory; a PostgreSQL pool also gets libpq's ``connect_timeout``, and gives up a
+        failing reconnection after as long (its default backs off for 5 minutes, so a process kept
+        refusing commands for about as long as the server had been gone; the next wait starts afresh)."""
         factory = super().construct_factory(env)
         pool = getattr(getattr(factory, "datastore", None), "pool", None)
         kwargs = getattr(pool, "kwargs", None)
-        if isinstance(kwargs, dict) and "dbname" in kwargs:  # psycopg's pool: connect_timeout is libpq's
+        if isinstance(kwargs, dict) and "dbname" in kwargs:  # psycopg's pool
             kwargs.setdefault("connect_timeout", CONNECT_TIMEOUT)
+            pool.reconnect_timeout = CONNECT_TIMEOUT
         return factory
 
     def construct_repository(self) -> Repository[UUID]:

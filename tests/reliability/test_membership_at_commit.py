@@ -82,7 +82,8 @@ def test_no_chat_is_created_by_a_non_member_in_log_order(db_url: str, tmp_path: 
 
     assert all(r["ok"] for r in toggled), [r for r in toggled if not r["ok"]][:3]
     refused = {r["error"]["code"] for r in created if not r["ok"]}
-    assert refused <= {"not_organization_member"}, refused
+    # conflict: the catalog changed under every one of the create's attempts (nothing recorded)
+    assert refused <= {"not_organization_member", "conflict"}, refused
     ok = sum(r["ok"] for r in created)
     app = open_app(db_url)
     try:
