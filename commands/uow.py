@@ -286,9 +286,10 @@ def _unavailable(app: Any, e: BaseException) -> LedgerError:
 
 def _outcome_unknown(app: Any, wrote: Sequence[StoredEvent], e: BaseException) -> LedgerError:
     """The command may have been recorded: name each stream and the version it would have reached, and
-    how to look."""
+    how to look. The stream recorded last comes first (handlers record the command's own stream after
+    the relatives it touches); the save was one transaction, so any of them tells."""
     heads: dict[UUID, int] = {}
-    for s in wrote:
+    for s in reversed(wrote):
         heads[s.originator_id] = max(heads.get(s.originator_id, 0), s.originator_version)
     (stream, version), *others = heads.items()
     also = "".join(f", stream {sid} version {v}" for sid, v in others)
@@ -296,8 +297,8 @@ def _outcome_unknown(app: Any, wrote: Sequence[StoredEvent], e: BaseException) -
         "outcome_unknown",
         f"{_database(app)} stopped answering after the command was sent ({type(e).__name__}: "
         f"{str(e).strip() or 'no detail'}), so the command may have been recorded: it would have written "
-        f"stream {stream} version {version}{also}. Check with `chat-ledger audit {stream} --at {version}`: "
-        f"the command was recorded if that version shows its events.")
+        f"stream {stream} version {version}{also} (in one transaction). Check with "
+        f"`chat-ledger audit {stream} --at {version}`: the command was recorded if that version shows its events.")
 
 
 def _database(app: Any) -> str:
