@@ -23,7 +23,6 @@ import msgspec
 
 from commands.base import Command, check_repeat, emitter, handles
 from commands.uow import UnitOfWork, run
-from ledger.base import Emitter
 from ledger.catalog import decide as cd
 from ledger.catalog import events as cev
 from ledger.catalog.aggregate import Deployment, ModelConfigClaim, OrganizationCatalog
@@ -173,7 +172,8 @@ def owners_of(source: Any, catalog: CatalogState | None, ids: Iterable[UUID | No
 def load_model_facts(uow: UnitOfWork, organization_id: UUID, ids: Iterable[UUID | None] = (),
                      deployment: bool = False) -> ModelFacts:
     """What model resolution for a chat of ``organization_id`` needs, read through the aggregate cache
-    (no replay, no copy): the catalog, the deployment when asked, and the owners of ``ids`` it lacks."""
+    (no replay, no copy): the catalog, the deployment when asked, and the owners of ``ids`` it lacks.
+    Each is a dependency of the decision: the save checks that it is still current (``commands.uow``)."""
     catalog = find_catalog(uow, organization_id)
     dep = find_deployment(uow) if deployment else None
     return ModelFacts(organization_id, catalog, dep, owners_of(uow, catalog, ids))

@@ -20,6 +20,22 @@ optimistic, and safe only because of three rules:
   or a no-op result is always decided on current state;
 * a copy is taken out of memory for the attempt (never shared) and only put back by a successful save,
   so an attempt that fails cannot leave half-recorded state behind.
+
+Facts from other streams: every aggregate an attempt loads (``get``, ``get_cached``) or reads (``read``)
+and does not record on is a dependency of its decision (a catalog's membership, a model config claim, the
+deployment, a parent chat, a tool call's chat; a stream found absent is one too). The save checks, in its
+own transaction, that each is still at the version the attempt saw (``ledger.recorders``); if one moved,
+the save is refused like a version conflict (``DependencyChanged``) and the attempt is decided again.
+
+Lost replies (PostgreSQL): no layer below retries an insert. A save whose connection failed before
+COMMIT was sent recorded nothing and is tried again (decided again) for ``RECONNECT_SECONDS``, then the
+command is refused with ``database_unavailable``. A save whose connection failed after COMMIT was sent
+is in doubt (``SaveInDoubt``) until the rows at the versions it wrote are read back, under a lock that
+waits out any insert still in flight: its own events (same topic, same payload bytes) — it was recorded,
+and the command reports the result it decided; none — nothing was recorded, the attempt runs again;
+other events — another writer took those versions, the attempt is decided again. When the database
+cannot be asked within ``IN_DOUBT_SECONDS``, the command is refused with ``outcome_unknown``, naming the
+streams and versions to check.
 """
 
 from __future__ import annotations
@@ -30,15 +46,20 @@ import time
 import weakref
 from collections import OrderedDict
 from datetime import datetime, timezone
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence, TypeVar
 from uuid import UUID
 
-from eventsourcing.persistence import IntegrityError, PersistenceError
+from eventsourcing.persistence import IntegrityError, PersistenceError, StoredEvent
 
 from ledger.base import DeciderAggregate, LedgerEvent
 from ledger.errors import LedgerError
+from ledger.recorders import EXPECTED_VERSIONS, ConnectionLost, DependencyChanged, SaveInDoubt
 
 MAX_ATTEMPTS = 12
+#: seconds from a command's start in which a save that failed before COMMIT was sent is tried again
+RECONNECT_SECONDS = 2.0
+#: seconds from a command's start in which an in-doubt save must be read back (else ``outcome_unknown``)
+IN_DOUBT_SECONDS = 5.0
 R = TypeVar("R")
 
 
@@ -90,6 +111,14 @@ class UnitOfWork:
         self.attempt = 0
         self._recent = recent_of(app) if from_memory else None
         self.from_memory: set[UUID] = set()  # aggregates this attempt took from ``Recent``
+        self._versions: dict[UUID, int] = {}  # each aggregate's version as this attempt saw it (0: none)
+
+    def _saw(self, aggregate_id: UUID, aggregate: DeciderAggregate | None) -> None:
+        self._versions.setdefault(aggregate_id, aggregate.version if aggregate is not None else 0)
+
+    def dependencies(self) -> dict[UUID, int]:
+        """The streams this attempt's decision read but does not write, at the versions it read."""
+        return {sid: v for sid, v in self._versions.items() if sid not in self._dirty}
 
     def get(self, aggregate_id: UUID) -> Any:
         """The aggregate as of now (loaded once per attempt), or None."""
@@ -100,6 +129,7 @@ class UnitOfWork:
             else:
                 aggregate = self.app.load(aggregate_id)
             self._loaded[aggregate_id] = aggregate
+            self._saw(aggregate_id, aggregate)
         return self._loaded[aggregate_id]
 
     def checked_by_save(self) -> bool:
@@ -111,6 +141,7 @@ class UnitOfWork:
         as of now, that this unit of work may record on."""
         if aggregate_id not in self._loaded:
             self._loaded[aggregate_id] = self.app.load_cached(aggregate_id)
+            self._saw(aggregate_id, self._loaded[aggregate_id])
         return self._loaded[aggregate_id]
 
     def read(self, aggregate_id: UUID) -> Any:
@@ -119,7 +150,11 @@ class UnitOfWork:
         if aggregate_id in self._loaded:
             return self._loaded[aggregate_id]
         if aggregate_id not in self._read:
+            # The cached object may be fast-forwarded in place by another thread's read while this
+            # decision uses it; the version noted here is then older than the store's, and the check at
+            # commit refuses the save (it can only pass when the object never moved past this version).
             self._read[aggregate_id] = self.app.load_cached(aggregate_id, copy=False)
+            self._saw(aggregate_id, self._read[aggregate_id])
         return self._read[aggregate_id]
 
     def record(self, aggregate: DeciderAggregate, events: list[LedgerEvent]) -> None:
@@ -134,20 +169,32 @@ class UnitOfWork:
         return aggregate
 
     def commit(self) -> int | None:
-        """Save everything recorded in one transaction; the last notification id, if any."""
+        """Save everything recorded in one transaction, checking the dependencies in it; the last
+        notification id, if any."""
         if not self._dirty:
             return None
-        recordings = self.app.save(*self._dirty.values())
-        recent_of(self.app).put(a for a in self._dirty.values() if a.id in self._loaded)
+        dependencies = self.dependencies()
+        recordings = self.app.save(*self._dirty.values(),
+                                   **({EXPECTED_VERSIONS: dependencies} if dependencies else {}))
+        self.saved()
         return recordings[-1].notification.id if recordings else None
+
+    def saved(self) -> None:
+        """What this process keeps of a save that was recorded (``Recent``)."""
+        recent_of(self.app).put(a for a in self._dirty.values() if a.id in self._loaded)
+
+    def written(self) -> list[UUID]:
+        return list(self._dirty)
 
 
 def run(app: Any, work: Callable[[UnitOfWork], R], max_attempts: int = MAX_ATTEMPTS) -> R:
     from_memory = True  # first try deciding on recently saved aggregates (module docstring)
     attempt = 0
+    started = time.monotonic()
     while attempt < max_attempts:
         uow = UnitOfWork(app, from_memory=from_memory)
         uow.attempt = attempt
+        conflict = False
         try:
             result = work(uow)
             if not uow.checked_by_save():
@@ -159,22 +206,99 @@ def run(app: Any, work: Callable[[UnitOfWork], R], max_attempts: int = MAX_ATTEM
                 from_memory = False  # refusals are decided on current state
                 continue
             raise
-        except IntegrityError:
-            # Someone else wrote one of these streams first: re-load, re-decide. (A remembered copy gone
-            # stale is not counted as an attempt: the next one reads the store.)
+        except IntegrityError as e:
+            # Someone else wrote one of these streams first, or one this decision read: re-load, re-decide.
+            if isinstance(e, DependencyChanged):
+                _forget_cached(app, e.stale)
+            conflict = True
+        except SaveInDoubt as doubt:
+            outcome = settle(app, doubt.stored_events, started + IN_DOUBT_SECONDS)
+            if outcome == "recorded":
+                uow.saved()
+                _forget_cached(app, uow.written())  # the cache did not see this save
+                return result
+            if outcome == "absent":  # nothing recorded: run the attempt again
+                attempt += 1
+                continue
+            conflict = True  # another writer has those versions
+        except ConnectionLost as e:
+            # Nothing recorded: the connection failed before COMMIT was sent. Try again while there is time.
+            if time.monotonic() - started < RECONNECT_SECONDS:
+                attempt += 1
+                time.sleep(random.uniform(0.01, 0.05))  # let the pool replace the connection
+                continue
+            raise _unavailable(app, e) from e
+        except PersistenceError as e:
+            # The database refused or failed the command's transaction (disk full, pool exhausted, a read
+            # that kept failing): it did not commit, so nothing was recorded.
+            raise _unavailable(app, e) from e
+        if conflict:
+            # (A remembered copy gone stale is not counted as an attempt: the next one reads the store.)
             if uow.from_memory:
                 from_memory = False
                 continue
             attempt += 1
             time.sleep(random.uniform(0, 0.002 * (2 ** min(attempt - 1, 6))))
             continue
-        except PersistenceError as e:
-            # The database failed under the command (connection lost after the library's own retries,
-            # disk full, pool exhausted): the transaction did not commit, so nothing was recorded.
-            raise LedgerError("database_unavailable", f"{_database(app)}: {type(e).__name__}: "
-                                                      f"{str(e).strip() or 'no detail'}") from e
         return result
     raise LedgerError("conflict", f"concurrent writers: gave up after {max_attempts} attempts")
+
+
+InDoubtOutcome = Literal["recorded", "absent", "conflict"]
+
+
+def in_doubt_outcome(wrote: Sequence[StoredEvent],
+                     found: Mapping[tuple[UUID, int], tuple[str, bytes]]) -> InDoubtOutcome:
+    """What became of a save whose reply was lost, from the rows now at the versions it wrote: all of them
+    its own events (same topic, same payload bytes) — recorded; none — absent; anything else — another
+    writer's events (a save is one transaction: it cannot be partly there)."""
+    if not found:
+        return "absent"
+    mine = {(s.originator_id, s.originator_version): (s.topic, bytes(s.state)) for s in wrote}
+    return "recorded" if found == mine else "conflict"
+
+
+def settle(app: Any, wrote: Sequence[StoredEvent], deadline: float) -> InDoubtOutcome:
+    """Read back an in-doubt save (``ledger.recorders``: under a lock no in-flight insert holds), retrying
+    a failed connection until ``deadline``; then ``outcome_unknown``."""
+    keys = [(s.originator_id, s.originator_version) for s in wrote]
+    pause = 0.05
+    while True:
+        try:
+            return in_doubt_outcome(wrote, app.recorder.read_back(keys))
+        except PersistenceError as e:
+            if time.monotonic() + pause > deadline:
+                raise _outcome_unknown(app, wrote, e) from e
+            time.sleep(pause)  # back off before asking a failing server again
+            pause = min(pause * 2, 0.5)
+
+
+def _forget_cached(app: Any, aggregate_ids: Iterable[UUID]) -> None:
+    forget = getattr(app, "forget_cached", None)
+    if forget is not None:
+        forget(aggregate_ids)
+
+
+def _unavailable(app: Any, e: BaseException) -> LedgerError:
+    return LedgerError("database_unavailable", f"{_database(app)}: {type(e).__name__}: "
+                                               f"{str(e).strip() or 'no detail'}")
+
+
+def _outcome_unknown(app: Any, wrote: Sequence[StoredEvent], e: BaseException) -> LedgerError:
+    """The command may have been recorded: name each stream and the version it would have reached, and
+    how to look. The stream recorded last comes first (handlers record the command's own stream after
+    the relatives it touches); the save was one transaction, so any of them tells."""
+    heads: dict[UUID, int] = {}
+    for s in reversed(wrote):
+        heads[s.originator_id] = max(heads.get(s.originator_id, 0), s.originator_version)
+    (stream, version), *others = heads.items()
+    also = "".join(f", stream {sid} version {v}" for sid, v in others)
+    return LedgerError(
+        "outcome_unknown",
+        f"{_database(app)} stopped answering after the command was sent ({type(e).__name__}: "
+        f"{str(e).strip() or 'no detail'}), so the command may have been recorded: it would have written "
+        f"stream {stream} version {version}{also} (in one transaction). Check with "
+        f"`chat-ledger audit {stream} --at {version}`: the command was recorded if that version shows its events.")
 
 
 def _database(app: Any) -> str:

@@ -2,9 +2,10 @@
 
 One application (so one gap-free notification order for projections) on SQLite (the embedded default)
 or PostgreSQL. The database URL is translated into the library's environment variables here and
-nowhere else. Postgres uses the library's default insert path (table lock, so commit order equals
-notification order); ``POSTGRES_ENABLE_DB_FUNCTIONS`` stays off because tailing readers skip events
-with it under concurrent writers.
+nowhere else. Postgres inserts take the library's table lock (so commit order equals notification
+order); ``POSTGRES_ENABLE_DB_FUNCTIONS`` stays off because tailing readers skip events with it under
+concurrent writers. The recorders are this project's (``ledger.recorders``): no blind insert retry,
+in-doubt commits reported, the versions a decision read checked at commit, bounded waits.
 
 PostgreSQL URLs are read by libpq itself (``psycopg.conninfo``): every libpq connection parameter in the
 URL's query (``sslmode``, ``host=/socket/dir``, ``application_name``, ...) is passed through, what the URL
@@ -29,12 +30,13 @@ from urllib.parse import quote, unquote, urlsplit
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application, Repository
-from eventsourcing.persistence import Mapper, Notification
+from eventsourcing.persistence import InfrastructureFactory, Mapper, Notification
 from eventsourcing.utils import strtobool
 
 from ledger.base import DeciderAggregate, fast_project
 from ledger.codec import FORMATS, MsgspecMapper
 from ledger.errors import LedgerError
+from ledger.recorders import CONNECT_TIMEOUT, IDLE_IN_TRANSACTION_TIMEOUT, RECORDER_TOPICS
 
 DEFAULT_URL = "sqlite:///chat-ledger.db"
 _SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # matched in full: no trailing newline slips through
@@ -44,8 +46,6 @@ DEFAULT_CACHE_MAXSIZE = 1024
 #: Seconds a SQLite connection (the event store's and the views') waits for another process's write lock
 #: before the command fails with ``database_unavailable``; the environment variable overrides it.
 SQLITE_TIMEOUT_ENV, DEFAULT_SQLITE_TIMEOUT = "CHAT_LEDGER_SQLITE_TIMEOUT", 30
-#: libpq's ``connect_timeout`` (seconds) when neither the URL nor ``PGCONNECT_TIMEOUT`` sets one
-DEFAULT_CONNECT_TIMEOUT = 10
 #: The event table whose presence says a ledger exists: the library's names on SQLite and PostgreSQL.
 SQLITE_EVENTS_TABLE, PG_EVENTS_TABLE = "stored_events", f"{APP_NAME}_events"
 _URL_FORMS = "use sqlite:///FILE or postgresql://[USER[:PASSWORD]@][HOST][:PORT][/DB][?PARAM=VALUE&...]"
@@ -181,7 +181,8 @@ class DatabaseURL:
             # required by the library; they only name the database (the connection uses the conninfo)
             "POSTGRES_HOST": self.host, "POSTGRES_PORT": self.port, "POSTGRES_USER": self.user,
             "POSTGRES_PASSWORD": "", "POSTGRES_DBNAME": self.dbname,
-            "POSTGRES_SCHEMA": self.schema, "POSTGRES_CONNECT_TIMEOUT": "10",
+            "POSTGRES_SCHEMA": self.schema, "POSTGRES_CONNECT_TIMEOUT": str(CONNECT_TIMEOUT),
+            "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": str(IDLE_IN_TRANSACTION_TIMEOUT),
             "POSTGRES_POOL_SIZE": "2", "POSTGRES_MAX_OVERFLOW": "8",
         }
 
@@ -191,7 +192,7 @@ class DatabaseURL:
 
         params = dict(self.params)
         if "connect_timeout" not in params and not os.environ.get("PGCONNECT_TIMEOUT"):
-            params["connect_timeout"] = str(DEFAULT_CONNECT_TIMEOUT)
+            params["connect_timeout"] = str(CONNECT_TIMEOUT)  # libpq's, unless the URL or PGCONNECT_TIMEOUT sets one
         return make_conninfo("", **params)
 
 
@@ -349,6 +350,26 @@ class ChatLedgerApp(Application[UUID]):
         if pool is not None and lock_timeout and hasattr(pool, "pool_timeout"):
             pool.pool_timeout = max(float(pool.pool_timeout), float(lock_timeout))
 
+    def construct_env(self, name: str, env: Any = None) -> Any:
+        """The library's environment, with this project's recorder for the persistence module unless one is
+        named (``ledger.recorders``: no blind insert retry, in-doubt commits, versions checked at commit)."""
+        environment = super().construct_env(name, env)
+        topic = RECORDER_TOPICS.get(environment.get("PERSISTENCE_MODULE") or "")
+        if topic and not environment.get(InfrastructureFactory.APPLICATION_RECORDER_TOPIC):
+            environment[InfrastructureFactory.APPLICATION_RECORDER_TOPIC] = topic
+        return environment
+
+    def construct_factory(self, env: Any) -> Any:
+        """The library's factory; a PostgreSQL pool gives up a failing reconnection after libpq's
+        ``connect_timeout`` (its default backs off for 5 minutes, so a process kept refusing commands for about
+        as long as the server had been gone; the next wait starts afresh). The connect timeout itself is in the
+        connection string (``DatabaseURL.psycopg_conninfo``)."""
+        factory = super().construct_factory(env)
+        pool = getattr(getattr(factory, "datastore", None), "pool", None)
+        if pool is not None and hasattr(pool, "reconnect_timeout"):  # psycopg's pool
+            pool.reconnect_timeout = CONNECT_TIMEOUT
+        return factory
+
     def construct_repository(self) -> Repository[UUID]:
         return Repository(event_store=self.events, snapshot_store=self.snapshots)
 
@@ -375,6 +396,16 @@ class ChatLedgerApp(Application[UUID]):
         except AggregateNotFoundError:
             return None
         return deepcopy(aggregate) if copy else aggregate
+
+    def forget_cached(self, aggregate_ids: Any) -> None:
+        """Drop these aggregates from the cache (read from the store next time): the unit of work's remedy
+        for a cached copy found stale at commit (without fast-forward the cache never learns of it)."""
+        cache = self.cached_repository.cache
+        for aggregate_id in aggregate_ids if cache is not None else ():
+            try:
+                cache.get(aggregate_id, evict=True)
+            except KeyError:
+                pass
 
     def save(self, *objs: Any, **kwargs: Any) -> Any:
         recordings = super().save(*objs, **kwargs)

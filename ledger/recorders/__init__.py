@@ -1,0 +1,74 @@
+"""The chatledger application's recorders (plugged in with the library's ``APPLICATION_RECORDER_TOPIC``).
+
+Two rules the library's own recorders do not keep:
+
+* **No blind insert retry.** The library retries ``insert_events`` on any connection error; when the
+  server had committed and only its reply was lost, the retry meets its own rows (``IntegrityError``) and
+  the command is decided again on top of itself. Here an insert runs once. On PostgreSQL a connection
+  that fails before ``COMMIT`` is sent raises ``ConnectionLost`` (nothing was recorded: the unit of work
+  may run the attempt again); one that fails after raises ``SaveInDoubt`` with the stored events it tried
+  to write, and the unit of work reads them back (``read_back``) before anything is decided again.
+  SQLite commits locally (a commit returns, or raises before committing): it has no in-doubt path.
+* **Facts read from other streams are checked at commit.** ``save(..., expected_versions={id: version})``
+  checks, in the insert's own transaction and after its table lock (PostgreSQL) or write lock (SQLite),
+  that every stream a decision read but does not write is still at the version it read (0: no stream);
+  otherwise the transaction rolls back with ``DependencyChanged`` (an ``IntegrityError``: decide again).
+
+This module holds what the unit of work needs (importing neither database driver); the recorders are in
+``ledger.recorders.postgres`` and ``ledger.recorders.sqlite``.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+from uuid import UUID
+
+from eventsourcing.persistence import IntegrityError, OperationalError, PersistenceError, StoredEvent
+
+#: ``save`` keyword: the version each stream the decision read (and does not write) was at; 0 = no stream
+EXPECTED_VERSIONS = "expected_versions"
+
+# PostgreSQL waits, which bound a command against a server that has gone (docs/commands.md, "Errors"):
+#: seconds: libpq's connect_timeout, and the pool's wait for a connection (POSTGRES_CONNECT_TIMEOUT)
+CONNECT_TIMEOUT = 2
+#: seconds a read goes on retrying failed connections (a terminated connection fails at once and the
+#: next one works; against a server that has gone, the first pool wait ends it)
+READ_RETRY_SECONDS = 1.0
+#: seconds (whole: the library's setting is an int) an orphaned transaction may hold the table lock
+IDLE_IN_TRANSACTION_TIMEOUT = 2
+#: seconds a read-back waits for the table lock (an insert still in flight on the lost connection)
+READ_BACK_LOCK_TIMEOUT = 3.0
+
+#: PERSISTENCE_MODULE -> the recorder the application plugs in with it
+RECORDER_TOPICS = {
+    "eventsourcing.postgres": "ledger.recorders.postgres:PostgresLedgerRecorder",
+    "ledger.libpq:LibpqPostgresFactory": "ledger.recorders.postgres:PostgresLedgerRecorder",
+    "eventsourcing.sqlite": "ledger.recorders.sqlite:SQLiteLedgerRecorder",
+}
+
+
+class ConnectionLost(OperationalError):
+    """The connection failed before ``COMMIT`` was sent (or none could be had): nothing was recorded."""
+
+
+class SaveInDoubt(PersistenceError):
+    """The connection failed after ``COMMIT`` was sent: the server may or may not have committed."""
+
+    def __init__(self, stored_events: Sequence[StoredEvent], cause: BaseException) -> None:
+        super().__init__("connection lost waiting for the reply to COMMIT: "
+                         f"{str(cause).strip() or type(cause).__name__}")
+        self.stored_events = list(stored_events)
+
+
+class DependencyChanged(IntegrityError):
+    """A stream the decision read is no longer at the version it read."""
+
+    def __init__(self, stale: Mapping[UUID, tuple[int, int]]) -> None:
+        detail = ", ".join(f"{sid} read at version {read}, now {now}" for sid, (read, now) in stale.items())
+        super().__init__(f"streams changed since the decision read them: {detail}")
+        self.stale = dict(stale)
+
+
+def stale_versions(expected: Mapping[UUID, int], current: Mapping[UUID, int]) -> dict[UUID, tuple[int, int]]:
+    """The streams whose current version (no stream: 0) is not the one read: id -> (read, current)."""
+    return {sid: (v, current.get(sid, 0)) for sid, v in expected.items() if current.get(sid, 0) != v}

@@ -1,0 +1,144 @@
+"""The PostgreSQL recorder: one attempt per insert, in-doubt commits reported, expected versions checked,
+reads retried for a bounded time (``ledger.recorders``, which also holds the timeouts)."""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any, Callable, Mapping, Sequence, TypeVar
+from uuid import UUID
+
+import psycopg
+from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError, StoredEvent
+from eventsourcing.postgres import PostgresApplicationRecorder
+from psycopg.sql import SQL, Identifier
+
+from ledger.recorders import (
+    EXPECTED_VERSIONS, READ_BACK_LOCK_TIMEOUT, READ_RETRY_SECONDS, ConnectionLost, DependencyChanged, SaveInDoubt,
+    stale_versions,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def bounded_retry(seconds: float) -> Callable[[F], F]:
+    """Retry on connection errors while less than ``seconds`` have passed since the first attempt."""
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            deadline = time.monotonic() + seconds
+            pause = 0.05
+            while True:
+                try:
+                    return fn(*args, **kwargs)
+                except (InterfaceError, OperationalError):
+                    if time.monotonic() + pause > deadline:
+                        raise
+                    time.sleep(pause)  # back off before reconnecting
+                    pause = min(pause * 2, 0.4)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def _unretried(method: Any) -> Any:
+    """A library method without its own retry decorator (``functools.wraps`` keeps the original)."""
+    return getattr(method, "__wrapped__", method)
+
+
+def _connection_failed(conn: Any, error: BaseException) -> bool:
+    """Whether ``error`` is the connection failing (none had, a broken or closed one, or no answer from
+    the server) rather than the server refusing a statement on a connection that still works."""
+    if conn is None or conn.closed or conn.broken:
+        return True
+    cause = error.__cause__ if error.__cause__ is not None else error
+    return isinstance(error, (InterfaceError, OperationalError)) and getattr(cause, "sqlstate", None) is None
+
+
+class PostgresLedgerRecorder(PostgresApplicationRecorder):
+    def __init__(self, datastore: Any, *, events_table_name: str = "stored_events") -> None:
+        super().__init__(datastore, events_table_name=events_table_name)
+        schema, table = Identifier(self.datastore.schema), Identifier(self.events_table_name)
+        id_type = Identifier(self.datastore.originator_id_type)
+        self.current_versions_statement = SQL(
+            "SELECT originator_id, MAX(originator_version) AS version FROM {0}.{1} "
+            "WHERE originator_id = ANY(%s::{2}[]) GROUP BY originator_id"
+        ).format(schema, table, id_type)
+        # SHARE conflicts with the EXCLUSIVE lock every insert holds until it ends: once granted, no insert
+        # that had the lock (the one whose reply was lost among them) is still in flight.
+        self.read_back_statements = [
+            SQL("SET LOCAL lock_timeout = '{0}ms'").format(int(READ_BACK_LOCK_TIMEOUT * 1000)),
+            SQL("LOCK TABLE {0}.{1} IN SHARE MODE").format(schema, table),
+        ]
+        self.read_back_statement = SQL(
+            "SELECT e.originator_id, e.originator_version, e.topic, e.state FROM {0}.{1} e "
+            "JOIN unnest(%s::{2}[], %s::bigint[]) AS k(originator_id, originator_version) "
+            "USING (originator_id, originator_version)"
+        ).format(schema, table, id_type)
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
+        """One attempt, never retried here: lock the table, insert, check the expected versions, commit.
+        A failed connection is ``ConnectionLost`` before COMMIT was sent and ``SaveInDoubt`` after."""
+        expected: Mapping[UUID, int] = kwargs.get(EXPECTED_VERSIONS) or {}
+        conn: Any = None
+        commit_sent = False
+        try:
+            with self.datastore.get_connection() as conn:
+                failure: BaseException | None = None
+                notification_ids: list[int] = []
+                with conn.pipeline() as pipeline, conn.transaction():
+                    with conn.cursor() as curs, conn.cursor() as check:
+                        try:
+                            self._insert_events(curs, stored_events, **kwargs)
+                            if stored_events:
+                                self._insert_stored_events(curs, stored_events, **kwargs)
+                            if expected:
+                                check.execute(self.current_versions_statement, (list(expected),), prepare=True)
+                            pipeline.sync()  # a version already taken raises IntegrityError here
+                            if stored_events:
+                                notification_ids = list(self._fetch_ids_after_insert_events(curs, stored_events))
+                            if expected:
+                                current = {r["originator_id"]: r["version"] for r in check.fetchall()}
+                                stale = stale_versions(expected, current)
+                                if stale:
+                                    failure = DependencyChanged(stale)
+                        except Exception as e:  # noqa: BLE001 - raised below, once rolled back
+                            failure = e
+                    if failure is not None:
+                        raise psycopg.Rollback()
+                    commit_sent = True  # leaving the block sends COMMIT
+                if failure is not None:
+                    raise failure
+                return notification_ids
+        except Exception as e:
+            if isinstance(e, IntegrityError) or not _connection_failed(conn, e):
+                raise
+            if commit_sent:
+                raise SaveInDoubt(stored_events, e) from e
+            raise ConnectionLost("connection lost before COMMIT was sent, nothing recorded: "
+                                 f"{str(e).strip() or type(e).__name__}") from e
+
+    def read_back(self, keys: Sequence[tuple[UUID, int]]) -> dict[tuple[UUID, int], tuple[str, bytes]]:
+        """The rows at the ``(originator_id, originator_version)`` keys, read under a SHARE lock on the
+        table: key -> (topic, state). One attempt; a connection error or lock timeout propagates."""
+        with self.datastore.get_connection() as conn, conn.transaction(force_rollback=True), \
+                conn.cursor() as curs:
+            for statement in self.read_back_statements:
+                curs.execute(statement)
+            curs.execute(self.read_back_statement, ([k[0] for k in keys], [k[1] for k in keys]))
+            return {(r["originator_id"], r["originator_version"]): (r["topic"], bytes(r["state"]))
+                    for r in curs.fetchall()}
+
+    @bounded_retry(READ_RETRY_SECONDS)
+    def select_events(self, *args: Any, **kwargs: Any) -> Any:
+        return _unretried(PostgresApplicationRecorder.select_events)(self, *args, **kwargs)
+
+    @bounded_retry(READ_RETRY_SECONDS)
+    def select_notifications(self, *args: Any, **kwargs: Any) -> Any:
+        return _unretried(PostgresApplicationRecorder.select_notifications)(self, *args, **kwargs)
+
+    @bounded_retry(READ_RETRY_SECONDS)
+    def max_notification_id(self) -> int | None:
+        return _unretried(PostgresApplicationRecorder.max_notification_id)(self)
