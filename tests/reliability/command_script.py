@@ -109,6 +109,8 @@ def script(tag: str, dynamic: bool = True) -> list[Step]:
                                                                       _result("c2", "execute")]}]),
         on(root, "send_message", text="queued one"),
         on(root, "send_message", text="queued two", model_config_id=m1),
+        on(root, "edit_queued_message", queued_message_id=1, text="queued one, edited", editing=True),
+        on(root, "edit_queued_message", queued_message_id=1, editing=False),
         on(root, "promote_queued_message", queued_message_id=2),
         on(root, "finish_interruption"),
         on(root, "delete_queued_message", queued_message_id=1),

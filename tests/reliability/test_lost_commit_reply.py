@@ -67,6 +67,42 @@ def commands_of(tag: str, keyed: bool) -> Iterator[Any]:
         yield keyed_step
 
 
+@pytest.mark.parametrize("keyed", [False, True])
+def test_reconcile_invalid_state_is_recorded_once_when_its_commit_reply_is_lost(
+        pg_url: str, clean_pg_url: str, pg_proxy: PgProxy, keyed: bool) -> None:
+    """The one writing command the script cannot reach: the same invalid chat (a stored event no decision
+    records, as an imported log may hold) on both schemas, then reconcile with its COMMIT reply lost."""
+    from tests.chat.helpers import invalid_chat
+
+    faulty, clean = open_app(through(pg_proxy, pg_url)), open_app(clean_pg_url)
+    try:
+        answers = []
+        for app, armed in ((clean, False), (faulty, True)):
+            setup_org(app)
+            chat_id = invalid_chat(app)
+            command = {"type": "reconcile_invalid_state", "chat_id": chat_id,
+                       **({"idempotency_key": "reconcile-1"} if keyed else {})}
+            if armed:
+                pg_proxy.arm()
+            answers.append(outcome(app, command))
+            if armed:
+                assert pg_proxy.disarm()
+            if keyed:
+                assert outcome(app, command) == answers[-1]  # a repeat returns the first result
+        (ok_clean, clean_result), (ok_faulty, faulty_result) = answers
+        assert ok_clean == ok_faulty == "ok"
+        ids = ("chat_id", "turn_id")  # the two chats' own ids (the turn id is derived from the chat's)
+        assert {k: v for k, v in faulty_result.items() if k not in ids} == \
+            {k: v for k, v in clean_result.items() if k not in ids}
+        topics = [[n.topic for n in a.notifications(0, 10_000) if str(n.originator_id) == r["chat_id"]]
+                  for a, r in ((clean, clean_result), (faulty, faulty_result))]
+        assert topics[0] == topics[1] and topics[0][-1].endswith("InvalidStateReconciled")
+        assert topics[0].count(topics[0][-1]) == 1
+    finally:
+        faulty.close()
+        clean.close()
+
+
 def test_every_writing_command_is_recorded_once_when_its_commit_reply_is_lost(
         pg_url: str, clean_pg_url: str, pg_proxy: PgProxy) -> None:
     proxy = pg_proxy
@@ -91,7 +127,8 @@ def test_every_writing_command_is_recorded_once_when_its_commit_reply_is_lost(
                 assert expected[0] == "ok", (command, expected)
                 writes += wrote
                 results.append(got)
-        assert seen_types == set(command_types())
+        # reconcile_invalid_state needs a chat in an invalid state, which no command makes: its own test below
+        assert seen_types | {"reconcile_invalid_state"} == set(command_types())
         assert proxy.drops == writes == 2 * (len(script("x")) - 1)  # all but validate_steer write
         assert normalized_log(faulty) == normalized_log(clean)
     finally:
@@ -115,7 +152,7 @@ def test_outcome_unknown_when_the_server_vanishes_after_committing(pg_url: str, 
         assert f"`chat-ledger audit {chat_id} --at 2`" in message
 
         proxy.heal()
-        audit = subprocess.run([sys.executable, "-c", "from commands.cli import main; main()", "--db", url,
+        audit = subprocess.run([sys.executable, "-c", "from commands.cli.main import main; main()", "--db", url,
                                 "audit", chat_id, "--at", "2", "--json"],
                                cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert audit.returncode == 0, audit.stderr
@@ -144,7 +181,7 @@ def test_a_server_that_has_gone_is_database_unavailable_until_it_is_back(
             assert f"PostgreSQL at 127.0.0.1:{proxy.port}/" in refused.value.message
         commands = tmp_path / "one.jsonl"
         commands.write_text(json.dumps({"type": "set_title", "chat_id": chat_id, "title": "never"}) + "\n")
-        cli = subprocess.run([sys.executable, "-c", "from commands.cli import main; main()", "--db", url,
+        cli = subprocess.run([sys.executable, "-c", "from commands.cli.main import main; main()", "--db", url,
                               "apply", str(commands)], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert cli.returncode == 1
         assert cli.stderr.startswith("error: database_unavailable: cannot reach PostgreSQL at 127.0.0.1:"), cli.stderr

@@ -26,7 +26,7 @@ from tests.chat.helpers import ORG, OWNER, setup_org
 
 TOGGLES = 150  # remove + add pairs
 CREATES = 150  # per creating process
-CLI = [sys.executable, "-c", "from commands.cli import main; main()"]
+CLI = [sys.executable, "-c", "from commands.cli.main import main; main()"]
 
 
 def _write(path: Path, commands: list[dict[str, Any]]) -> Path:

@@ -66,7 +66,7 @@ def test_a_termination_storm_records_exactly_the_accepted_commands(pg_url: str, 
     open_app(storm_url).close()  # the schema and tables exist before the storm starts
     out, err = tmp_path / "results.jsonl", tmp_path / "stderr.txt"
     with out.open("wb") as stdout, err.open("wb") as stderr:  # files: a full pipe would stall the child
-        proc = subprocess.Popen([sys.executable, "-c", "from commands.cli import main; main()", "--db", storm_url,
+        proc = subprocess.Popen([sys.executable, "-c", "from commands.cli.main import main; main()", "--db", storm_url,
                                  "apply", str(path)], cwd=ROOT, stdout=stdout, stderr=stderr)
         killed = 0
         deadline = time.monotonic() + 240
