@@ -351,7 +351,7 @@ def verify(app: Any, backend: Any = None, projections: list[Any] | None = None) 
             if p.name not in CHECKED_VIEWS:
                 row["result"] = "not checked (no fold known)"
                 continue
-            reader = snap.live(p.name)
+            reader = snap.live(p.name) or snap.build(p.name, p.version)  # live, or the first build under way
             if reader is None:
                 continue
             position = reader.position()

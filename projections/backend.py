@@ -37,7 +37,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import msgspec
 
 from projections.engine import (
-    BuildBusy, BuildsNotAligned, Column, OrderBy, PositionConflict, Projection, ProjectionError, ProjectionFailed,
+    BuildsNotAligned, Column, OrderBy, PositionConflict, Projection, ProjectionError, ProjectionFailed,
     RowCache, Table, ViewState, check_identifier, parse_order_by, physical_name,
 )
 from projections.leases import LeaseHolder
@@ -889,6 +889,10 @@ class Snapshot:
     def live(self, name: str) -> Reader | None:
         """A reader of the projection's live build, or None when nothing is live."""
         return self.backend._reader(self.cur, name, None)
+
+    def build(self, name: str, version: int) -> Reader | None:
+        """A reader of build ``version``, or None when there is no such build."""
+        return self.backend._reader(self.cur, name, version)
 
     def failure(self, name: str, version: int) -> Failure | None:
         b = self.backend

@@ -188,7 +188,9 @@ def _run(app: Any, projection: Projection, backend: SqlBackend, version: int, ba
         progress(0, max(head - start, 0))
     while True:
         with hold():
-            tracked = backend.position(name, version)
+            # Under a lease held batch by batch, read the position again (another writer may have written
+            # between two batches); under the caller's lease for the whole run, it is the last one committed.
+            tracked = committed if purpose is None and committed >= 0 else backend.position(name, version)
             if tracked is None:
                 raise BuildGone(f"projection {name} v{version} does not exist (dropped, or never built)")
             if tracked != committed:  # the first batch, or another writer moved (or reset) the build since

@@ -203,6 +203,10 @@ class SqliteBackend(SqlBackend):
                                 "WHERE projection = ? AND build = ?", (token, _ts(now + WAITER_TTL), name, build))
             waited = time.monotonic() - started
             if waited >= wait:
+                if wait > 0:  # out of line
+                    with self._write_tx() as cur:
+                        cur.execute("UPDATE projection_leases SET waiter = NULL, waiter_until = NULL "
+                                    "WHERE projection = ? AND build = ? AND waiter = ?", (name, build, token))
                 raise BuildBusy(leases.busy_message(name, build, self._holder(name, build, holder), wait))
             time.sleep(min(pause, wait - waited))
             pause = min(pause * 2, 0.05)

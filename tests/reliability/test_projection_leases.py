@@ -26,7 +26,6 @@ from typing import Any
 import pytest
 
 from commands.tools.workload import generate
-from ledger.store import open_app
 from projections import REBUILD, catch_up, open_backend
 from projections.chats import ChatViews
 from tests.audit.kit import cli as run_cli
