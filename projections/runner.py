@@ -256,7 +256,6 @@ def _commit(backend: SqlBackend, projection: Projection, version: int, items: li
     if items:
         _commit(backend, projection, version, items, None, after)
     backend.record_failure(failure)
-    log.error("%s", failure)
     raise failure
 
 
@@ -513,9 +512,10 @@ class Follower:
             except ProjectionError as e:
                 self.failed[p.name] = e
                 self.last_error = e
-                log.error("no longer following %s: %s", p.name, e)
                 if self.on_failure is not None:
                     self.on_failure(p, e)
+                else:
+                    log.error("no longer following %s: %s", p.name, e)
         if self.projections and len(self.failed) == len(self.projections):
             raise next(iter(self.failed.values()))
 
