@@ -14,6 +14,7 @@ from uuid import UUID
 import msgspec
 
 from ledger.base import CommandIdentity, Emitter
+from ledger.chat.values import MessageInput, input_bound_errors
 from ledger.errors import LedgerError
 
 #: longest idempotency key accepted (a longer one is ``invalid_command``)
@@ -21,10 +22,28 @@ MAX_IDEMPOTENCY_KEY = 200
 
 
 class Command(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, kw_only=True):
-    """Fields every command may carry: who asked, and a key that makes a repeat a no-op."""
+    """Fields every command may carry: who asked, and a key that makes a repeat a no-op.
+
+    Every value a command accepts fits what the views and both databases store: numbers are bounded by
+    their fields' types (``Meta``), and the messages a command carries by ``input_bound_errors``, checked
+    here after decoding (msgspec reports a failure as a validation error: ``invalid_command``)."""
 
     idempotency_key: Annotated[str, msgspec.Meta(max_length=MAX_IDEMPOTENCY_KEY)] | None = None
     actor: UUID | None = None
+
+    def __post_init__(self) -> None:
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
+            if isinstance(value, MessageInput):
+                _check(value, f"$.{name}")
+            elif isinstance(value, list) and value and isinstance(value[0], MessageInput):
+                for i, m in enumerate(value):
+                    _check(m, f"$.{name}[{i}]")
+
+
+def _check(m: MessageInput, path: str) -> None:
+    for error in input_bound_errors(m, path):
+        raise ValueError(error)
 
 
 #: command class -> handler(app, command) -> result dict

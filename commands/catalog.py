@@ -16,7 +16,7 @@ default_changes: [{model_config_id, previous_model_config_id, reason}]}`` plus `
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Annotated, Any, Iterable
 from uuid import UUID, uuid4, uuid5
 
 import msgspec
@@ -32,6 +32,7 @@ from ledger.catalog.values import (
     AdminContext, EffortLevel, ModelConfig, OverrideMode, ReasoningEffort, UserContext,
 )
 from ledger.streams import locate, refuse_reserved
+from ledger.chat.values import MAX_INT64
 
 UNSET: Any = msgspec.UNSET
 MODEL_CONFIG_KEY_NAMESPACE = UUID("9d3c1f6e-5a2b-5c8d-9e0f-1a2b3c4d5e6f")
@@ -49,6 +50,11 @@ class RemoveOrganizationMember(Command, tag="remove_organization_member", kw_onl
     user_id: UUID
 
 
+#: A limit or count of the catalog: at most what a signed 64-bit column stores (the lower bounds, with their
+#: own messages, are the rules of ``ledger.catalog.decide``).
+Limit = Annotated[int, msgspec.Meta(le=MAX_INT64)]
+
+
 class CreateModelConfig(Command, tag="create_model_config", kw_only=True):
     """Without ``model_config_id`` the id is derived from the organization and the idempotency key when one
     is given (so a repeat finds the same config), else a fresh uuid4. ``display_name`` defaults to ``model``."""
@@ -58,7 +64,7 @@ class CreateModelConfig(Command, tag="create_model_config", kw_only=True):
     provider: str
     model: str
     display_name: str | None = None
-    context_limit: int
+    context_limit: Limit
     compression_threshold: int = 70
     enabled: bool = True
     is_default: bool = False
@@ -73,7 +79,7 @@ class UpdateModelConfig(Command, tag="update_model_config", kw_only=True):
     provider: str | msgspec.UnsetType = UNSET
     model: str | msgspec.UnsetType = UNSET
     display_name: str | None | msgspec.UnsetType = UNSET
-    context_limit: int | msgspec.UnsetType = UNSET
+    context_limit: Limit | msgspec.UnsetType = UNSET
     compression_threshold: int | msgspec.UnsetType = UNSET
     enabled: bool | msgspec.UnsetType = UNSET
     is_default: bool | msgspec.UnsetType = UNSET
@@ -116,8 +122,8 @@ class SetUserModelOverride(Command, tag="set_user_model_override", kw_only=True)
 class SetDeploymentSettings(Command, tag="set_deployment_settings", kw_only=True):
     personal_model_overrides_enabled: bool | None = None
     advisor_enabled: bool | None = None
-    advisor_max_uses_per_turn: int | None = None
-    advisor_max_output_tokens: int | None = None
+    advisor_max_uses_per_turn: Limit | None = None
+    advisor_max_output_tokens: Limit | None = None
 
 
 # -- reading the catalog streams ------------------------------------------------------------------------------

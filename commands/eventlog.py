@@ -2,8 +2,10 @@
 
 * ``verify`` decodes every stored event with the current code, replays every stream with its aggregate's
   ``evolve`` checking the aggregate invariants (``ledger.audit.invariants``) and the version sequence, and
-  checks that each projection it knows (``chat_views``, ``conversations``, ``org_models``) equals the fold of the streams
-  at the projection's position (or reports its lag). Each anomaly names its stream, version and reason.
+  checks that each projection it knows (``chat_views``, ``conversations``, ``org_models``) equals the fold of
+  the streams at the projection's position (or reports its lag), that the rows the streams give past it fit
+  the view, and that the view has not stopped at an event it cannot apply. Each anomaly names its stream,
+  version and reason. It works stream by stream: its memory does not grow with the log.
 * ``stats`` counts stored events per topic and stored class version.
 * ``export`` writes one JSON line per stored event in notification order; ``import`` records them into an
   empty database, keeping streams, versions, order and the exact payload bytes.
@@ -15,7 +17,8 @@ import base64
 import binascii
 import struct
 from collections import Counter
-from typing import Any, Iterator
+from contextlib import nullcontext
+from typing import Any, Iterable, Iterator
 from uuid import UUID
 
 import msgspec
@@ -66,6 +69,13 @@ def iter_notifications(app: Any, start: int = 0, stop: int | None = None) -> Ite
 
 
 # -- verify -------------------------------------------------------------------------------------------------
+#
+# Stream by stream, so memory stays flat (one stream's state at a time, pages of events and of view rows):
+# the events are read in the order of the events table's primary key (stream, version), up to the head; the
+# views are read, in one snapshot, in the order of their primary keys, whose first column names the stream,
+# and merged with the streams as they come (UUIDs order alike as a database uuid, as hex text and as
+# canonical text). A view at position P is compared with each stream folded up to P: the views and the
+# positions are read first, then the head, so every event a view has applied is among those read.
 
 class _Stream:
     __slots__ = ("evolve", "state", "version", "memo", "broken", "timestamp")
@@ -79,94 +89,188 @@ class _Stream:
         self.timestamp: Any = None
 
 
-def _folded(streams: dict[UUID, _Stream], state_type: type) -> tuple[list[tuple[UUID, _Stream]], set[str]]:
-    """The streams folded to a ``state_type`` state, and the ids of every stream that could not be folded
-    (their rows are not compared)."""
-    skip = {str(sid) for sid, st in streams.items() if st.broken}
-    return [(sid, st) for sid, st in streams.items() if not st.broken and isinstance(st.state, state_type)], skip
-
-
-def _expected_chat_views(streams: dict[UUID, _Stream]) -> tuple[dict[str, list[dict[str, Any]]], set[str]]:
-    from ledger.chat.state import ChatState
+def _chat_rows(sid: UUID, st: _Stream, deployment: Any) -> dict[str, list[dict[str, Any]]]:
     from ledger.chat.views import queue_row, status_values, unresolved_values
 
-    out: dict[str, list[dict[str, Any]]] = {"chat_status": [], "unresolved_tool_calls": [], "chat_queue": []}
-    folded, skip = _folded(streams, ChatState)
-    for _, st in folded:
-        s = st.state
-        out["chat_status"].append(status_values(s))
-        out["unresolved_tool_calls"].extend(unresolved_values(s))
-        out["chat_queue"].extend(queue_row(s.chat_id, q) for q in s.queue)
-    return out, skip
+    s = st.state
+    return {"chat_status": [status_values(s)], "unresolved_tool_calls": unresolved_values(s),
+            "chat_queue": [queue_row(s.chat_id, q) for q in s.queue]}
 
 
-def _expected_conversations(streams: dict[UUID, _Stream]) -> tuple[dict[str, list[dict[str, Any]]], set[str]]:
+def _conversation_rows(sid: UUID, st: _Stream, deployment: Any) -> dict[str, list[dict[str, Any]]]:
     from ledger.conversation.queries import conversation_view_row
-    from ledger.conversation.state import ConversationState
 
-    folded, skip = _folded(streams, ConversationState)
-    rows = [{"conversation_id": str(sid), **conversation_view_row(st.state), "version": st.version,
-             "updated_at": st.timestamp} for sid, st in folded]
-    return {"conversations": rows}, skip
+    return {"conversations": [{"conversation_id": str(sid), **conversation_view_row(st.state), "version": st.version,
+                               "updated_at": st.timestamp}]}
 
 
-def _expected_org_models(streams: dict[UUID, _Stream]) -> tuple[dict[str, list[dict[str, Any]]], set[str]]:
-    """org_models rows: each catalog's ``models`` view with the deployment settings as folded so far."""
-    from ledger.catalog.state import CatalogState, DeploymentState
+def _org_model_rows(sid: UUID, st: _Stream, deployment: Any) -> dict[str, list[dict[str, Any]]]:
+    """org_models rows: the catalog's ``models`` view with the deployment settings as of the same position
+    (and, for the deployment's stream, the version the view folded it to)."""
+    from ledger.catalog.state import DeploymentState
     from ledger.catalog.views import models_view
     from projections.org_models import view_row
 
-    deployment = next((st.state for st in streams.values() if isinstance(st.state, DeploymentState)), None)
-    out: dict[str, list[dict[str, Any]]] = {"organizations": [], "users": []}
-    folded, skip = _folded(streams, CatalogState)
-    for _, st in folded:  # rows name the organization, whose catalog stream may live at a derived id
-        s = st.state
-        out["organizations"].append({**view_row(models_view(s.organization_id, s, deployment)),
-                                     "version": s.version, "updated_at": s.updated_at})
-        for user in sorted(set(s.members) | set(s.user_overrides)):
-            mine = models_view(s.organization_id, s, deployment, user)
-            out["users"].append({"organization_id": str(s.organization_id), "user_id": str(user),
-                                 "personal_overrides": mine["personal_overrides"], "effective": mine["effective"]})
-    return out, skip
+    s = st.state
+    if isinstance(s, DeploymentState):
+        return {"deployment": [{"id": str(sid), "version": st.version}]}
+    users = []
+    for user in sorted(set(s.members) | set(s.user_overrides)):
+        mine = models_view(s.organization_id, s, deployment, user)
+        users.append({"organization_id": str(s.organization_id), "user_id": str(user),
+                      "personal_overrides": mine["personal_overrides"], "effective": mine["effective"]})
+    return {"organizations": [{**view_row(models_view(s.organization_id, s, deployment)), "version": s.version,
+                               "updated_at": s.updated_at}], "users": users}
 
 
-#: projection name -> (expected rows from the folded streams, the column naming the stream)
-CHECKED_VIEWS = {"chat_views": (_expected_chat_views, "chat_id"),
-                 "conversations": (_expected_conversations, "conversation_id"),
-                 "org_models": (_expected_org_models, "organization_id")}
+def _state_type(name: str) -> type | tuple[type, ...]:
+    from ledger.catalog.state import CatalogState, DeploymentState
+    from ledger.chat.state import ChatState
+    from ledger.conversation.state import ConversationState
+
+    return {"chat_views": ChatState, "conversations": ConversationState,
+            "org_models": (CatalogState, DeploymentState)}[name]
 
 
-def _compare(projection: Any, backend: Any, expected: dict[str, list[dict[str, Any]]], skip: set[str],
-             stream_column: str, anomalies: list[dict[str, Any]]) -> int:
-    """Compare the live build's tables with the expected rows; returns the number of rows compared."""
-    compared = 0
-    with backend.reading(projection.name) as reader:
-        for table in projection.tables:
-            if table.name not in expected:
-                continue
-            want = {table.key_of(r): r for r in (table.normalize_row(r) for r in expected[table.name])}
-            have = {table.key_of(r): r for r in (table.normalize_row(r) for r in reader.query(table.name))}
-            for key in sorted(set(want) | set(have), key=lambda k: tuple(map(str, k))):
-                w, h = want.get(key), have.get(key)
-                row = w if w is not None else h
-                sid = str(row[stream_column])
-                if sid in skip:
-                    continue
-                compared += 1
-                if w == h:
-                    continue
-                version = (w or h).get("version")
-                if w is None:
-                    reason = f"row {list(map(str, key))} is in the view but not in the fold of the stream"
-                elif h is None:
-                    reason = f"row {list(map(str, key))} of the fold of the stream is missing from the view"
+#: projection name -> the rows of its checked tables for one folded stream
+CHECKED_VIEWS = {"chat_views": _chat_rows, "conversations": _conversation_rows, "org_models": _org_model_rows}
+
+
+def stream_order(app: Any, head: int, stream: UUID | None = None, page: int = PAGE) -> Iterator[Any]:
+    """The stored events with notification ids up to ``head`` (of one stream, or of all), in the order of the
+    events table's primary key (stream, version): an index-order read, one page at a time."""
+    from eventsourcing.persistence import Notification
+
+    recorder = app.recorder
+    datastore = recorder.datastore
+    if type(recorder).__module__.startswith("eventsourcing.sqlite"):
+        table, nid, param = recorder.events_table_name, "rowid", "?"
+    else:
+        table = f'"{datastore.schema}"."{recorder.events_table_name}"'
+        nid, param = "notification_id", "%s"
+    select = (f"SELECT {nid} AS nid, originator_id, originator_version, topic, state FROM {table} "
+              f"WHERE {nid} <= {param}")
+    order = f" ORDER BY originator_id, originator_version LIMIT {int(page)}"
+    convert = getattr(recorder, "convert_originator_id", _uuid)
+    first: tuple[Any, ...] = (head,)
+    if stream is not None:
+        select += f" AND originator_id = {param}"
+        first = (head, stream.hex if param == "?" else stream)
+    last: tuple[Any, int] | None = None
+    while True:
+        with datastore.transaction(commit=False) as cur:
+            if last is None:
+                cur.execute(select + order, first)
+            else:
+                cur.execute(select + f" AND (originator_id, originator_version) > ({param}, {param})" + order,
+                            (*first, *last))
+            rows = cur.fetchall()
+        if not rows:
+            return
+        for r in rows:
+            yield Notification(id=r["nid"], originator_id=convert(r["originator_id"]),
+                               originator_version=r["originator_version"], topic=r["topic"], state=bytes(r["state"]))
+        last = (rows[-1]["originator_id"], rows[-1]["originator_version"])
+
+
+class _View:
+    """One projection's live build as ``verify`` compares it: its position, and its tables read in key order
+    alongside the streams."""
+
+    def __init__(self, backend: Any, projection: Any, reader: Any, position: int, failure: Any,
+                 check: dict[str, Any], anomalies: list[dict[str, Any]]) -> None:
+        self.backend, self.projection, self.position, self.failure = backend, projection, position, failure
+        self.check, self.anomalies = check, anomalies
+        self.state_type = _state_type(projection.name)
+        self.rows_of = CHECKED_VIEWS[projection.name]
+        self.tables = [reader.tables[t.name] for t in projection.tables if t.name in reader.tables]
+        self.scans = {t.name: _Peek(reader.scan(t.name)) for t in self.tables}
+        self.compared = 0
+        self.differences = 0
+
+    def _anomaly(self, sid: str, version: Any, table: str | None, reason: str, nid: Any = None) -> None:
+        self.differences += 1
+        self.anomalies.append({"stream_id": sid, "version": version, "notification_id": nid, "check": "projection",
+                               "projection": self.projection.name, "table": table, "reason": reason})
+
+    def stream(self, sid: str, expected: dict[str, list[dict[str, Any]]] | None, skip: bool) -> None:
+        """Compare the view's rows of stream ``sid`` (and report the rows of streams before it, which the
+        log does not have) with ``expected`` (None: the stream has no rows here); ``skip``: do not compare
+        (the stream could not be folded up to the view's position)."""
+        for table in self.tables:
+            column = table.primary_key[0]
+            scan = self.scans[table.name]
+            have: dict[tuple[Any, ...], dict[str, Any]] = {}
+            while scan.head is not None and str(scan.head[column]) <= sid:
+                row = table.normalize_row(scan.pop())
+                if str(row[column]) < sid:
+                    self._orphan(table, row)
                 else:
-                    diffs = [f"{c}: view={_short(h.get(c))} fold={_short(w.get(c))}" for c in w if w.get(c) != h.get(c)]
-                    reason = f"row {list(map(str, key))} differs: " + "; ".join(diffs)
-                anomalies.append({"stream_id": sid, "version": version, "notification_id": None,
-                                  "check": "projection", "projection": projection.name, "table": table.name,
-                                  "reason": reason})
-    return compared
+                    have[table.key_of(row)] = row
+            if skip:
+                continue
+            want: dict[tuple[Any, ...], dict[str, Any]] = {}
+            for r in (expected or {}).get(table.name, ()):
+                try:
+                    row = self.backend.stored_form(table, table.normalize_row(r))
+                except Exception as e:  # noqa: BLE001 - a row the view cannot hold: the view stops there
+                    self._anomaly(sid, r.get("version"), table.name, f"a row of the fold cannot be stored in the "
+                                  f"view: {type(e).__name__}: {e}")
+                    continue
+                want[table.key_of(row)] = row
+            self._diff(sid, table, want, have)
+
+    def _orphan(self, table: Any, row: dict[str, Any]) -> None:
+        self.compared += 1
+        self._anomaly(str(row[table.primary_key[0]]), row.get("version"), table.name,
+                      f"row {list(map(str, table.key_of(row)))} is in the view but not in the fold of the stream")
+
+    def _diff(self, sid: str, table: Any, want: dict[Any, dict[str, Any]], have: dict[Any, dict[str, Any]]) -> None:
+        for key in sorted(set(want) | set(have), key=lambda k: tuple(map(str, k))):
+            w, h = want.get(key), have.get(key)
+            self.compared += 1
+            if w == h:
+                continue
+            version = (w or h).get("version")  # type: ignore[union-attr]
+            if w is None:
+                reason = f"row {list(map(str, key))} is in the view but not in the fold of the stream"
+            elif h is None:
+                reason = f"row {list(map(str, key))} of the fold of the stream is missing from the view"
+            else:
+                diffs = [f"{c}: view={_short(h.get(c))} fold={_short(w.get(c))}" for c in w if w.get(c) != h.get(c)]
+                reason = f"row {list(map(str, key))} differs: " + "; ".join(diffs)
+            self._anomaly(sid, version, table.name, reason)
+
+    def storable(self, sid: str, rows: dict[str, list[dict[str, Any]]], version: int) -> None:
+        """The rows the stream gives at its last event (past the view's position) fit the view's columns: a
+        view that has not reached an event yet is told of one it will not be able to store."""
+        if self.failure is not None and str(self.failure.stream_id) == sid:
+            return  # already reported: the view stopped there
+        for table in self.tables:
+            for r in rows.get(table.name, ()):
+                try:
+                    table.normalize_row(r)
+                except Exception as e:  # noqa: BLE001
+                    self._anomaly(sid, version, table.name, f"the view will not be able to store a row of the "
+                                  f"stream at version {version}: {type(e).__name__}: {e}")
+                    return
+
+    def finish(self) -> None:
+        for table in self.tables:
+            scan = self.scans[table.name]
+            while scan.head is not None:
+                self._orphan(table, table.normalize_row(scan.pop()))
+        f = self.failure
+        if f is not None and f.notification_id > self.position:
+            self.anomalies.append({"stream_id": f.stream_id, "version": f.stream_version,
+                                   "notification_id": f.notification_id, "check": "projection",
+                                   "projection": self.projection.name, "table": None,
+                                   "reason": f"the view stopped at this event: {f.reason}"})
+        self.check["rows_compared"] = self.compared
+        if f is not None and f.notification_id > self.position:
+            self.check["result"] = "failed"
+        else:
+            self.check["result"] = "equal" if self.differences == 0 else "differs"
 
 
 def _short(v: Any) -> str:
@@ -174,62 +278,36 @@ def _short(v: Any) -> str:
     return text if len(text) <= 60 else text[:59] + "…"
 
 
-def verify(app: Any, backend: Any = None, projections: list[Any] | None = None) -> dict[str, Any]:
-    """Decode, replay and check every stored event; compare the known projections with the fold."""
-    head = app.head()
-    anomalies: list[dict[str, Any]] = []
-    streams: dict[UUID, _Stream] = {}
-    checks: list[dict[str, Any]] = []
-    pending: list[tuple[int, Any, dict[str, Any]]] = []  # (position, projection, check row) to snapshot
-    for p in projections or []:
-        row: dict[str, Any] = {"projection": p.name, "position": None, "head": head, "lag": None,
-                               "rows_compared": 0, "result": "not built"}
-        checks.append(row)
-        if p.name not in CHECKED_VIEWS:
-            row["result"] = "not checked (no fold known)"
+class _Peek:
+    """An iterator with a look at its next item (``head``; None at the end)."""
+
+    def __init__(self, it: Iterator[Any]) -> None:
+        self._it = it
+        self.head = next(it, None)
+
+    def pop(self) -> Any:
+        item, self.head = self.head, next(self._it, None)
+        return item
+
+
+def _fold(app: Any, notes: Iterable[Any], st: _Stream, report: Any, until: Any = None) -> None:
+    """Decode and apply ``notes`` (one stream, in version order) to ``st``, checking the version sequence and
+    the invariants; ``report(version, nid, check, reason)`` gets each anomaly, and a stream that cannot be
+    folded further is marked broken. ``until(note)`` is called before each note (to snapshot rows)."""
+    for n in notes:
+        if until is not None:
+            until(n)
+        if st.broken:
             continue
-        live = backend.live_version(p.name)
-        if live is None:
-            continue
-        position = backend.position(p.name, live) or 0
-        row.update(position=position, lag=max(head - position, 0), live_version=live)
-        pending.append((position, p, row))
-    pending.sort(key=lambda t: t[0])
-
-    def snapshot_due(upto: int) -> None:
-        while pending and pending[0][0] <= upto:
-            _, p, row = pending.pop(0)
-            expected_of, column = CHECKED_VIEWS[p.name]
-            expected, skip = expected_of(streams)
-            before = len(anomalies)
-            row["rows_compared"] = _compare(p, backend, expected, skip, column, anomalies)
-            row["result"] = "equal" if len(anomalies) == before else "differs"
-
-    def anomaly(sid: Any, version: Any, nid: Any, kind: str, reason: str) -> None:
-        anomalies.append({"stream_id": str(sid), "version": version, "notification_id": nid, "check": kind,
-                          "reason": reason})
-
-    count = 0
-    for n in iter_notifications(app, 0, head):
-        # the views at position P equal the fold of every event up to P: compare before going past it
-        if pending and pending[0][0] < n.id:
-            snapshot_due(n.id - 1)
-        count += 1
-        sid = _uuid(n.originator_id)
-        st = streams.get(sid)
-        if st is None:
-            st = streams[sid] = _Stream()
         try:
             event = app.mapper.to_domain_event(n)
         except Exception as e:  # CodecError, or anything a broken payload raises
-            anomaly(sid, n.originator_version, n.id, "decode", str(e))
+            report(n.originator_version, n.id, "decode", str(e))
             st.broken = True
             continue
-        if st.broken:
-            continue
         if n.originator_version != st.version + 1:
-            anomaly(sid, n.originator_version, n.id, "version",
-                    f"version {n.originator_version} follows version {st.version} (expected {st.version + 1})")
+            report(n.originator_version, n.id, "version",
+                   f"version {n.originator_version} follows version {st.version} (expected {st.version + 1})")
             st.broken = True
             continue
         try:
@@ -237,18 +315,95 @@ def verify(app: Any, backend: Any = None, projections: list[Any] | None = None) 
                 st.evolve = aggregate_class(event).evolve
             st.state = st.evolve(st.state, event)
         except Exception as e:
-            anomaly(sid, n.originator_version, n.id, "replay", f"{type(event).__name__} cannot be applied: "
-                    f"{type(e).__name__}: {e}")
+            report(n.originator_version, n.id, "replay", f"{type(event).__name__} cannot be applied: "
+                   f"{type(e).__name__}: {e}")
             st.broken = True
             continue
         st.version = n.originator_version
         st.timestamp = event.timestamp
         for reason in check(st.state, event, st.memo):
-            anomaly(sid, n.originator_version, n.id, "invariant", f"after {type(event).__name__}: {reason}")
-    snapshot_due(head)
-    for _, p, row in pending:  # pragma: no cover - positions beyond the head (a concurrent writer)
-        row["result"] = "not checked (position beyond the head read)"
-    return {"ok": not anomalies, "events": count, "streams": len(streams), "head": head,
+            report(n.originator_version, n.id, "invariant", f"after {type(event).__name__}: {reason}")
+
+
+def _deployment_at(app: Any, position: int) -> Any:
+    """The deployment settings folded up to notification ``position`` (None: no deployment stream yet)."""
+    from ledger.catalog.state import DEPLOYMENT_ID, DeploymentState
+
+    st = _Stream()
+    _fold(app, stream_order(app, position, DEPLOYMENT_ID), st, lambda *a: None)
+    return st.state if isinstance(st.state, DeploymentState) else None
+
+
+def _streams(notes: Iterator[Any]) -> Iterator[tuple[UUID, list[Any]]]:
+    """Consecutive notes of one stream at a time (a stream's events are read in full: a chat's are at most a
+    few tens of thousands of small records)."""
+    current: list[Any] = []
+    for n in notes:
+        if current and n.originator_id != current[0].originator_id:
+            yield _uuid(current[0].originator_id), current
+            current = []
+        current.append(n)
+    if current:
+        yield _uuid(current[0].originator_id), current
+
+
+def verify(app: Any, backend: Any = None, projections: list[Any] | None = None) -> dict[str, Any]:
+    """Decode, replay and check every stored event, stream by stream; compare the known projections with
+    the fold of the streams at the projections' positions, and report a view that stopped at an event."""
+    anomalies: list[dict[str, Any]] = []
+    checks: list[dict[str, Any]] = []
+    count = nstreams = 0
+    with (backend.snapshot() if backend is not None and projections else nullcontext()) as snap:
+        views: list[_View] = []
+        for p in projections or []:
+            row: dict[str, Any] = {"projection": p.name, "position": None, "head": None, "lag": None,
+                                   "rows_compared": 0, "result": "not built"}
+            checks.append(row)
+            if p.name not in CHECKED_VIEWS:
+                row["result"] = "not checked (no fold known)"
+                continue
+            reader = snap.live(p.name) or snap.build(p.name, p.version)  # live, or the first build under way
+            if reader is None:
+                continue
+            position = reader.position()
+            row.update(position=position, live_version=reader.version)
+            views.append(_View(backend, p, reader, position, snap.failure(p.name, reader.version), row, anomalies))
+        head = app.head()
+        for row in checks:
+            row["head"] = head
+            if row["position"] is not None:
+                row["lag"] = max(head - row["position"], 0)
+        deployments = {v.position: _deployment_at(app, v.position) for v in views
+                       if v.projection.name == "org_models"}
+        end_deployment = _deployment_at(app, head) if deployments else None
+
+        for sid, notes in _streams(stream_order(app, head)):
+            nstreams += 1
+            count += len(notes)
+            st = _Stream()
+            at: dict[int, tuple[Any, bool]] = {}  # view index -> (rows at its position, stream broken by then)
+
+            def report(version: Any, nid: Any, kind: str, reason: str) -> None:
+                anomalies.append({"stream_id": str(sid), "version": version, "notification_id": nid, "check": kind,
+                                  "reason": reason})
+
+            def snapshot_rows(upto: int | None) -> None:
+                for i, v in enumerate(views):
+                    if i not in at and (upto is None or upto > v.position):
+                        rows = (v.rows_of(sid, st, deployments.get(v.position))
+                                if not st.broken and isinstance(st.state, v.state_type) else None)
+                        at[i] = (rows, st.broken)
+
+            _fold(app, notes, st, report, until=lambda n: snapshot_rows(n.id))
+            snapshot_rows(None)
+            for i, v in enumerate(views):
+                rows, broken = at[i]
+                v.stream(str(sid), rows, broken)
+                if notes[-1].id > v.position and not st.broken and isinstance(st.state, v.state_type):
+                    v.storable(str(sid), v.rows_of(sid, st, end_deployment), st.version)
+        for v in views:
+            v.finish()
+    return {"ok": not anomalies, "events": count, "streams": nstreams, "head": head,
             "anomalies": anomalies, "projections": checks}
 
 

@@ -2,6 +2,10 @@
 
 Every query catches up the views it reads first (``catch_up_one``), so a reader always sees what has been
 recorded. The entry points (CLI, HTTP) call these and only format what they return.
+
+Errors of the projections become ``LedgerError``s: ``projection_busy`` when another process holds the
+build (a rebuild; a query waits ``QUERY_WAIT`` seconds for it first), ``projection_error`` for a projection
+that cannot apply an event (the message names the stream, version and reason) or needs a rebuild.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from typing import Any, Callable
 from ledger.catalog.views import models_view
 from ledger.chat.views import json_row
 from ledger.errors import LedgerError
-from projections import ProjectionError, catch_up
+from projections import BuildBusy, ProjectionError, catch_up, prune, rebuild
 
 Progress = Callable[[int, int], None] | None
 
@@ -38,12 +42,39 @@ def lag(app: Any, projection: Any, backend: Any) -> int:
     return app.head() - (backend.position(projection.name, version) or 0)
 
 
-def catch_up_one(app: Any, projection: Any, backend: Any, batch_size: int = 500, progress: Progress = None) -> int:
-    """Catch one projection up to the head; a projection that fails is ``projection_error``."""
+#: Seconds a query waits for the writer holding a view's build (a rebuild in place) before it is
+#: ``projection_busy``.
+QUERY_WAIT = 5.0
+
+
+def _ledger_error(e: ProjectionError) -> LedgerError:
+    return LedgerError("projection_busy" if isinstance(e, BuildBusy) else "projection_error", str(e))
+
+
+def catch_up_one(app: Any, projection: Any, backend: Any, batch_size: int = 500, progress: Progress = None,
+                 wait: float = QUERY_WAIT) -> int:
+    """Catch one projection up to the head, waiting up to ``wait`` seconds for another writer of its build."""
     try:
-        return catch_up(app, projection, backend, batch_size=batch_size, progress=progress)
+        return catch_up(app, projection, backend, batch_size=batch_size, progress=progress, wait=wait)
     except ProjectionError as e:
-        raise LedgerError("projection_error", str(e)) from e
+        raise _ledger_error(e) from e
+
+
+def rebuild_one(app: Any, projection: Any, backend: Any, **options: Any) -> Any:
+    """``projections.rebuild`` (see there for ``options``); a rebuild of it already running is
+    ``projection_busy``."""
+    try:
+        return rebuild(app, projection, backend, **options)
+    except ProjectionError as e:
+        raise _ledger_error(e) from e
+
+
+def prune_one(projection: Any, backend: Any) -> list[int]:
+    """Drop the builds of a projection nobody reads or builds; returns their versions."""
+    try:
+        return prune(projection, backend)
+    except ProjectionError as e:
+        raise _ledger_error(e) from e
 
 
 def catch_up_views(app: Any, backend: Any, names: tuple[str, ...] | None = None) -> Any:

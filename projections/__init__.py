@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from projections.backend import Build, Diff, Reader, SqlBackend, Switch, TableDiff
+from projections.backend import Build, Diff, Failure, Reader, SqlBackend, Switch, TableDiff
 from projections.engine import (
-    BIGINT, BOOLEAN, COLUMN_TYPES, BuildsNotAligned, INTEGER, JSON, REAL, TEXT, TIMESTAMP, Column, Delete, DeleteWhere, MemoryStore,
-    PositionConflict, Projection, ProjectionError, RowOp, Rows, Table, Update, UpdateWhere, Upsert,
+    BIGINT, BOOLEAN, COLUMN_TYPES, INTEGER, JSON, REAL, TEXT, TIMESTAMP, UBIGINT, BuildBusy, BuildGone, BuildsNotAligned,
+    Column, Delete, DeleteWhere, MemoryStore, PositionConflict, Projection, ProjectionError, ProjectionFailed, RowOp,
+    Rows, Table, Update, UpdateWhere, Upsert,
 )
+from projections.leases import REBUILD, LeaseHolder
 from projections.runner import (
-    Follower, ProjectionStatus, RebuildResult, catch_up, follow, maintained_version, rebuild, status,
+    Follower, OtherBuild, ProjectionStatus, RebuildResult, catch_up, follow, maintained_version, prune, rebuild,
+    status,
 )
 
 
@@ -38,9 +41,10 @@ def open_backend(url: Any) -> SqlBackend:
 
 
 __all__ = [
-    "BIGINT", "BOOLEAN", "COLUMN_TYPES", "INTEGER", "JSON", "REAL", "TEXT", "TIMESTAMP",
-    "Build", "BuildsNotAligned", "Column", "Delete", "DeleteWhere", "Diff", "Follower", "MemoryStore", "PositionConflict",
-    "Projection", "ProjectionError", "ProjectionStatus", "Reader", "RebuildResult", "RowOp", "Rows",
+    "BIGINT", "BOOLEAN", "COLUMN_TYPES", "INTEGER", "JSON", "REAL", "REBUILD", "TEXT", "TIMESTAMP", "UBIGINT",
+    "Build", "BuildBusy", "BuildGone", "BuildsNotAligned", "Column", "Delete", "DeleteWhere", "Diff", "Failure",
+    "Follower", "LeaseHolder", "MemoryStore", "OtherBuild", "PositionConflict", "Projection", "ProjectionError",
+    "ProjectionFailed", "ProjectionStatus", "Reader", "RebuildResult", "RowOp", "Rows",
     "SqlBackend", "Switch", "Table", "TableDiff", "Update", "UpdateWhere", "Upsert",
-    "catch_up", "follow", "maintained_version", "open_backend", "rebuild", "status",
+    "catch_up", "follow", "maintained_version", "open_backend", "prune", "rebuild", "status",
 ]

@@ -11,10 +11,14 @@ Tables (in the SQLite file of the events, or in the events' Postgres schema):
 * ``projection_live``: per projection, the version readers use. Only a switch (one transaction) changes it.
 * ``projection_switches``: the log of switches (from, to, when, at which position, diff digest and size,
   whether it was accepted with a diff).
+* ``projection_leases``: who holds the lease of a build, or of a projection's rebuild (``projections.leases``).
+* ``projection_failures``: per build, the event it could not apply (stream, version, notification, reason),
+  until a batch of that build commits past it.
 
-Exactly once: ``apply_batch`` locks the tracking row, refuses a batch whose first position is at or below
-the tracked position (``PositionConflict``, nothing written), applies the events, writes the rows and the
-new position, and commits: rows and position move together or not at all.
+Exactly once: ``apply_batch`` checks the build's lease and locks the tracking row, refuses a batch read from
+another position than the tracked one, or whose first position is at or below it (``PositionConflict``,
+nothing written), applies the events, writes the rows and the new position, and commits: rows and position
+move together or not at all.
 
 Dialects supply connections/transactions, type mapping and a few spellings; everything else is here.
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 import threading
 import uuid
 from contextlib import contextmanager, nullcontext
@@ -32,9 +37,10 @@ from typing import Any, Iterator, Mapping, Sequence
 import msgspec
 
 from projections.engine import (
-    BuildsNotAligned, Column, OrderBy, PositionConflict, Projection, ProjectionError, RowCache, Table, ViewState,
-    check_identifier, parse_order_by, physical_name,
+    BuildsNotAligned, Column, OrderBy, PositionConflict, Projection, ProjectionError, ProjectionFailed,
+    RowCache, Table, ViewState, check_identifier, parse_order_by, physical_name,
 )
+from projections.leases import LeaseHolder
 
 #: How many diff entries a ``Diff`` keeps for display (the digest and counts cover all of them).
 DIFF_SAMPLES = 20
@@ -92,6 +98,42 @@ class Switch(msgspec.Struct):
     accepted_with_diff: bool
 
 
+class Failure(msgspec.Struct):
+    """The event a build could not apply (``projection_failures``)."""
+
+    projection: str
+    version: int
+    notification_id: int
+    stream_id: str
+    stream_version: int
+    topic: str
+    reason: str
+    failed_at: datetime
+
+    def message(self) -> str:
+        return (f"projection {self.projection} v{self.version} cannot apply stream {self.stream_id} version "
+                f"{self.stream_version} (notification {self.notification_id}, {self.topic}): {self.reason}")
+
+
+def _transient_errors() -> tuple[type[BaseException], ...]:
+    """Errors of an unavailable or busy database (worth retrying), as opposed to errors of the data."""
+    errors: list[type[BaseException]] = [sqlite3.OperationalError]
+    try:
+        import psycopg
+        import psycopg_pool
+
+        errors += [psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout]
+    except ImportError:  # pragma: no cover
+        pass
+    from eventsourcing.persistence import InterfaceError, OperationalError
+
+    errors += [OperationalError, InterfaceError]
+    return tuple(errors)
+
+
+TRANSIENT_ERRORS = _transient_errors()
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -130,11 +172,16 @@ class SqlBackend:
     #: rows per multi-row statement chunk
     CHUNK = 500
 
+    #: SQLite: how long a lease stays held without a write renewing it (a holder on another machine, or
+    #: one whose release failed); PostgreSQL leases end with their session instead.
+    LEASE_TTL = 300.0
+
     def __init__(self, cache_rows: int = 100_000) -> None:
         self.cache_rows = cache_rows
         self._writers: dict[tuple[str, int], _Writer] = {}
         self._definitions: dict[tuple[str, int, str], dict[str, Table]] = {}
         self._row_encoders: dict[Table, Any] = {}
+        self._leases = threading.local()  # .held: (projection, build) -> token, this thread's leases
 
     # -- dialect hooks -------------------------------------------------------------------------
     @contextmanager
@@ -194,6 +241,27 @@ class SqlBackend:
     def _lock_tracking(self, cur: Any) -> None:
         """Serialize DDL and switches (Postgres: an advisory lock; SQLite: the write lock is enough)."""
 
+    def _acquire(self, name: str, build: int, token: str, purpose: str, wait: float) -> None:  # pragma: no cover
+        """Take the lease for ``token`` within ``wait`` seconds, else raise ``BuildBusy``."""
+        raise NotImplementedError
+
+    def _release(self, name: str, build: int, token: str) -> None:  # pragma: no cover - dialect
+        raise NotImplementedError
+
+    def _check_lease(self, cur: Any, name: str, build: int) -> None:  # pragma: no cover - dialect
+        """Inside a write transaction of a build: refuse (``BuildBusy``) when another writer holds its lease;
+        renew this thread's leases of the projection."""
+        raise NotImplementedError
+
+    def lease_holders(self, name: str | None = None) -> list[LeaseHolder]:  # pragma: no cover - dialect
+        """The leases held now (of one projection, or of all), by live holders."""
+        raise NotImplementedError
+
+    def _is_row_error(self, e: BaseException) -> bool:  # pragma: no cover - dialect
+        """Does ``e``, raised while writing a batch's rows, say the rows cannot be stored (an error of the
+        data, not of the database's availability)?"""
+        raise NotImplementedError
+
     def close(self) -> None:  # pragma: no cover - dialect
         raise NotImplementedError
 
@@ -202,6 +270,35 @@ class SqlBackend:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    # -- leases ----------------------------------------------------------------------------------
+    @contextmanager
+    def lease(self, name: str, build: int, purpose: str, wait: float = 0.0) -> Iterator[None]:
+        """Hold the lease of ``build`` of projection ``name`` (``leases.REBUILD``: its rebuild lease) for
+        the block. Waits up to ``wait`` seconds for the holder to release it, then raises ``BuildBusy``
+        naming the holder. Reentrant within a thread (an inner block of a held lease holds it already)."""
+        held = self._held()
+        if (name, build) in held:
+            yield
+            return
+        token = uuid.uuid4().hex
+        self._acquire(name, build, token, purpose, wait)
+        held[(name, build)] = token
+        try:
+            yield
+        finally:
+            del held[(name, build)]
+            self._release(name, build, token)
+
+    def _held(self) -> dict[tuple[str, int], str]:
+        held = getattr(self._leases, "held", None)
+        if held is None:
+            held = self._leases.held = {}
+        return held
+
+    def holds(self, name: str, build: int) -> bool:
+        """Does the calling thread hold this lease?"""
+        return (name, build) in self._held()
 
     # -- SQL helpers ---------------------------------------------------------------------------
     def _sql(self, q: str) -> str:
@@ -301,6 +398,7 @@ class SqlBackend:
             if row is not None:
                 if not replace:
                     return
+                self._check_lease(cur, projection.name, version)
                 self._drop_tables(cur, self._build_from_row(row))
             for table in projection.tables:
                 self._create_table(cur, physical_name(projection.name, version, table.name), table)
@@ -329,14 +427,16 @@ class SqlBackend:
                                   "WHERE projection = %s AND version = %s"), (name, version))
             row = cur.fetchone()
             if row is not None:
+                self._check_lease(cur, name, version)
                 self._drop_tables(cur, self._build_from_row(row))
         self._forget(name, version)
 
     def _drop_tables(self, cur: Any, build: Build) -> None:
         for spec in build.tables:
             cur.execute(f"DROP TABLE IF EXISTS {self._qualify(physical_name(build.projection, build.version, spec['name']))}")
-        cur.execute(self._sql(f"DELETE FROM {self._qualify('projection_tracking')} WHERE projection = %s AND version = %s"),
-                    (build.projection, build.version))
+        for meta in ("projection_tracking", "projection_failures"):
+            cur.execute(self._sql(f"DELETE FROM {self._qualify(meta)} WHERE projection = %s AND version = %s"),
+                        (build.projection, build.version))
 
     def _create_table(self, cur: Any, name: str, table: Table) -> None:
         cols = [f"{_q(c.name)} {self._ddl_type(c)}{'' if c.nullable else ' NOT NULL'}" for c in table.columns]
@@ -364,15 +464,18 @@ class SqlBackend:
 
     # -- the exactly-once batch -----------------------------------------------------------------
     def apply_batch(self, projection: Projection, version: int, items: Sequence[tuple[int, Any]],
-                    upto: int | None = None) -> int:
+                    upto: int | None = None, after: int | None = None) -> int:
         """Apply ``items`` ((notification id, event), ids ascending) to build ``version`` and move its
         position to ``max(last id, upto)``, in one transaction. Returns the new position.
 
         ``upto`` lets a topic-filtered projection record that it has seen every notification up to a
         head even when the last ones were not for it (an empty ``items`` just moves the position).
-        Raises ``PositionConflict`` (nothing written) when the first position (first id, or ``upto``
-        for an empty batch) is at or below the tracked position. Any exception from ``apply`` rolls the
-        whole batch back: the previous position and rows stay."""
+        ``after`` is the position the batch was read from: the batch is refused unless the build is
+        still there. Raises ``PositionConflict`` (nothing written) when the build moved from ``after``, or
+        when the first position (first id, or ``upto`` for an empty batch) is at or below the tracked
+        position; ``BuildBusy`` when another writer holds the build's lease. A failure of the projection on
+        the events, or rows it gives that cannot be stored, raise ``ProjectionFailed`` and roll the whole
+        batch back: the previous position and rows stay."""
         if not items and upto is None:
             raise ValueError("empty batch without upto")
         ids = [i for i, _ in items]
@@ -391,8 +494,13 @@ class SqlBackend:
         with writer.lock:
             # Whatever the projection reads from elsewhere (a fold's states from the event store) is
             # read now, before the view transaction holds its locks (on SQLite, the file's write lock).
-            projection.prepare([e for _, e in items])
-            return self._apply_batch(projection, version, items, first, new_position, writer)
+            try:
+                projection.prepare([e for _, e in items])
+            except (ProjectionError, *TRANSIENT_ERRORS):
+                raise
+            except Exception as e:
+                raise ProjectionFailed(projection.name, version, f"{type(e).__name__}: {e}") from e
+            return self._apply_batch(projection, version, items, first, new_position, after, writer)
 
     def _batch_writes(self, cur: Any, most_rows: int) -> Any:
         """Context of a batch's row writes and position update (``most_rows``: the most rows written
@@ -400,30 +508,34 @@ class SqlBackend:
         return nullcontext()
 
     def _apply_batch(self, projection: Projection, version: int, items: Sequence[tuple[int, Any]],
-                     first: int, new_position: int, writer: _Writer) -> int:
-        key = (projection.name, version)
+                     first: int, new_position: int, after: int | None, writer: _Writer) -> int:
+        name = projection.name
         try:
             with self._write_tx() as cur:
+                self._check_lease(cur, name, version)
                 cur.execute(self._sql(
                     f"SELECT position, writer, fingerprint FROM {self._qualify('projection_tracking')} "
-                    f"WHERE projection = %s AND version = %s{self.FOR_UPDATE}"), key)
+                    f"WHERE projection = %s AND version = %s{self.FOR_UPDATE}"), (name, version))
                 row = cur.fetchone()
                 if row is None:
-                    raise ProjectionError(f"projection {projection.name} v{version} has no tables here "
+                    raise ProjectionError(f"projection {name} v{version} has no tables here "
                                           "(create the build first)")
                 position, token, fingerprint = row
                 if fingerprint != projection.fingerprint():
                     raise ProjectionError(
-                        f"projection {projection.name} v{version} was built with other tables than the "
+                        f"projection {name} v{version} was built with other tables than the "
                         "code defines: bump the projection's version or rebuild it")
+                if after is not None and position != after:
+                    raise PositionConflict(
+                        f"batch refused: projection {name} v{version} is at notification {position}, the "
+                        f"batch was read at {after} (another writer moved or reset the build)")
                 if first <= position:
                     raise PositionConflict(
-                        f"batch refused: projection {projection.name} v{version} is at notification "
+                        f"batch refused: projection {name} v{version} is at notification "
                         f"{position}, the batch starts at {first} (already applied)")
                 if token != writer.token or position != writer.position:
                     writer.cache.clear()  # someone else wrote since we filled the cache
-                state = ViewState(projection.table_map(), _TxStore(self, cur, projection.name, version),
-                                  writer.cache)
+                state = ViewState(projection.table_map(), _TxStore(self, cur, name, version), writer.cache)
                 projection.begin_batch()
                 for nid, event in items:
                     try:
@@ -431,27 +543,64 @@ class SqlBackend:
                         for op in ops or ():
                             state.apply(op)
                     except Exception as e:
-                        topic = getattr(type(event), "TOPIC", type(event).__name__)
-                        raise ProjectionError(f"projection {projection.name} v{version} failed on notification "
-                                              f"{nid} ({topic}): {type(e).__name__}: {e}") from e
+                        if isinstance(e, TRANSIENT_ERRORS) and not self._is_row_error(e):
+                            raise
+                        raise ProjectionFailed(name, version, f"{type(e).__name__}: {e}").at(nid, event) from e
                 try:
                     for op in projection.end_batch(state) or ():
                         state.apply(op)
+                    with self._batch_writes(cur, max(map(len, state.dirty.values()), default=0)):
+                        state.flush()
+                        cur.execute(self._sql(
+                            f"UPDATE {self._qualify('projection_tracking')} SET position = %s, writer = %s, "
+                            "updated_at = %s WHERE projection = %s AND version = %s"),
+                            (new_position, writer.token, self._encode_ts(_now()), name, version))
+                        cur.execute(self._sql(
+                            f"DELETE FROM {self._qualify('projection_failures')} WHERE projection = %s "
+                            "AND version = %s AND notification_id <= %s"), (name, version, new_position))
                 except Exception as e:
-                    raise ProjectionError(f"projection {projection.name} v{version} failed at the end of a "
-                                          f"batch: {type(e).__name__}: {e}") from e
-                with self._batch_writes(cur, max(map(len, state.dirty.values()), default=0)):
-                    state.flush()
-                    cur.execute(self._sql(
-                        f"UPDATE {self._qualify('projection_tracking')} SET position = %s, writer = %s, "
-                        "updated_at = %s WHERE projection = %s AND version = %s"),
-                        (new_position, writer.token, self._encode_ts(_now()), projection.name, version))
+                    # Rows are computed and written for the whole batch at its end: which event gave a row
+                    # that cannot be stored is not known here (the runner narrows the batch down).
+                    if isinstance(e, TRANSIENT_ERRORS) and not self._is_row_error(e):
+                        raise
+                    raise ProjectionFailed(name, version, f"{type(e).__name__}: {e}") from e
         except BaseException:
             writer.invalidate()  # the cache may hold rows of the rolled-back batch
             raise
         writer.position = new_position
         writer.cache.trim()
         return new_position
+
+    # -- failures ------------------------------------------------------------------------------
+    _FAILURES = ("SELECT projection, version, notification_id, stream_id, stream_version, topic, reason, failed_at "
+                 "FROM {}")
+
+    def record_failure(self, failure: ProjectionFailed) -> None:
+        """Remember the event build ``failure.version`` cannot apply (until a batch commits past it)."""
+        assert failure.notification_id is not None, "narrow a batch failure down to its event first"
+        with self._write_tx() as cur:
+            cur.execute(self._sql(
+                f"DELETE FROM {self._qualify('projection_failures')} WHERE projection = %s AND version = %s"),
+                (failure.projection, failure.version))
+            cur.execute(self._sql(
+                f"INSERT INTO {self._qualify('projection_failures')} (projection, version, notification_id, "
+                "stream_id, stream_version, topic, reason, failed_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"),
+                (failure.projection, failure.version, failure.notification_id, str(failure.stream_id),
+                 failure.stream_version, failure.topic, failure.reason, self._encode_ts(_now())))
+
+    def failures(self, name: str | None = None) -> dict[tuple[str, int], Failure]:
+        """The recorded failures, by (projection, version)."""
+        q = self._FAILURES.format(self._qualify("projection_failures"))
+        params: tuple[Any, ...] = ()
+        if name is not None:
+            q += " WHERE projection = %s"
+            params = (name,)
+        with self._read_tx() as cur:
+            return self._failures(cur, q, params)
+
+    def _failures(self, cur: Any, q: str, params: tuple[Any, ...]) -> dict[tuple[str, int], Failure]:
+        cur.execute(self._sql(q), params)
+        return {(r[0], r[1]): Failure(*r[:7], self._decode_ts(r[7])) for r in cur.fetchall()}
 
     # -- switches ------------------------------------------------------------------------------
     def switch_live(self, name: str, expected: int | None, to_version: int, mode: str,
@@ -512,27 +661,44 @@ class SqlBackend:
         Raises ``ProjectionError`` when the projection has no live version yet (catch it up first)."""
         name = projection if isinstance(projection, str) else projection.name
         with self._read_tx() as cur:
-            if version is None:
-                cur.execute(self._sql(
-                    f"SELECT l.version, t.fingerprint, t.definition FROM {self._qualify('projection_live')} l "
-                    f"JOIN {self._qualify('projection_tracking')} t ON t.projection = l.projection "
-                    "AND t.version = l.version WHERE l.projection = %s"), (name,))
-            else:
-                cur.execute(self._sql(
-                    f"SELECT version, fingerprint, definition FROM {self._qualify('projection_tracking')} "
-                    "WHERE projection = %s AND version = %s"), (name, version))
-            row = cur.fetchone()
-            if row is None:
+            reader = self._reader(cur, name, version)
+            if reader is None:
                 if version is not None:
                     raise ProjectionError(f"projection {name} has no build v{version}")
                 raise ProjectionError(f"projection {name} has no live version yet: catch it up first")
-            version, fingerprint, definition = row
-            tables = self._definitions.get((name, version, fingerprint))
-            if tables is None:
-                specs = json.loads(definition) if isinstance(definition, str) else definition
-                tables = {s["name"]: Table.from_spec(s) for s in specs}
-                self._definitions[(name, version, fingerprint)] = tables
-            yield Reader(self, cur, name, version, tables)
+            yield reader
+
+    def _reader(self, cur: Any, name: str, version: int | None) -> Reader | None:
+        if version is None:
+            cur.execute(self._sql(
+                f"SELECT l.version, t.fingerprint, t.definition FROM {self._qualify('projection_live')} l "
+                f"JOIN {self._qualify('projection_tracking')} t ON t.projection = l.projection "
+                "AND t.version = l.version WHERE l.projection = %s"), (name,))
+        else:
+            cur.execute(self._sql(
+                f"SELECT version, fingerprint, definition FROM {self._qualify('projection_tracking')} "
+                "WHERE projection = %s AND version = %s"), (name, version))
+        row = cur.fetchone()
+        if row is None:
+            return None
+        version, fingerprint, definition = row
+        tables = self._definitions.get((name, version, fingerprint))
+        if tables is None:
+            specs = json.loads(definition) if isinstance(definition, str) else definition
+            tables = {s["name"]: Table.from_spec(s) for s in specs}
+            self._definitions[(name, version, fingerprint)] = tables
+        return Reader(self, cur, name, version, tables)
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Snapshot]:
+        """One read transaction over every projection's live build, position and recorded failure (what
+        ``events verify`` compares with the log)."""
+        with self._read_tx() as cur:
+            yield Snapshot(self, cur)
+
+    def stored_form(self, table: Table, row: dict[str, Any]) -> dict[str, Any]:
+        """A normalized row as reading it back from this database gives it (PostgreSQL: see NUL)."""
+        return row
 
     def query(self, projection: Projection | type[Projection] | str, table: str,
               where: Mapping[str, Any] | None = None, order_by: OrderBy = None,
@@ -685,12 +851,53 @@ class Reader:
         return self.backend._select(self.cur, t, physical_name(self.projection, self.version, table),
                                     t.normalize_where(where), parse_order_by(t, order_by), limit)
 
+    def scan(self, table: str, page: int = 1000) -> Iterator[dict[str, Any]]:
+        """Every row of ``table`` in primary-key order, read ``page`` rows at a time (memory stays bounded)."""
+        t = self.tables[table]
+        b = self.backend
+        keys = t.primary_key
+        encoders = [b._encoder(t.column(k)) for k in keys]
+        select = f"SELECT {', '.join(map(_q, t.column_names))} FROM {b._qualify(physical_name(self.projection, self.version, table))}"
+        after = f" WHERE ({', '.join(map(_q, keys))}) > ({', '.join([b.PARAM] * len(keys))})"
+        order = f" ORDER BY {', '.join(map(_q, keys))} LIMIT {int(page)}"
+        last: tuple[Any, ...] | None = None
+        while True:
+            if last is None:
+                self.cur.execute(select + order)
+            else:
+                self.cur.execute(select + after + order, [e(v) for e, v in zip(encoders, last)])
+            rows = b._decode_rows(t, self.cur.fetchall())
+            if not rows:
+                return
+            yield from rows
+            last = t.key_of(rows[-1])
+
     def position(self) -> int:
         """The notification the rows read here reflect (same snapshot as ``query``)."""
         b = self.backend
         self.cur.execute(b._sql(f"SELECT position FROM {b._qualify('projection_tracking')} "
                                 "WHERE projection = %s AND version = %s"), (self.projection, self.version))
         return self.cur.fetchone()[0]
+
+
+class Snapshot:
+    """Reads of several projections in one read transaction (``SqlBackend.snapshot``)."""
+
+    def __init__(self, backend: SqlBackend, cur: Any) -> None:
+        self.backend, self.cur = backend, cur
+
+    def live(self, name: str) -> Reader | None:
+        """A reader of the projection's live build, or None when nothing is live."""
+        return self.backend._reader(self.cur, name, None)
+
+    def build(self, name: str, version: int) -> Reader | None:
+        """A reader of build ``version``, or None when there is no such build."""
+        return self.backend._reader(self.cur, name, version)
+
+    def failure(self, name: str, version: int) -> Failure | None:
+        b = self.backend
+        q = b._FAILURES.format(b._qualify("projection_failures")) + " WHERE projection = %s AND version = %s"
+        return b._failures(self.cur, q, (name, version)).get((name, version))
 
 
 class _TxStore:

@@ -1,5 +1,9 @@
 """The ``conversations`` view: one row per Codex-style conversation (status Running/Quiet/Stalled,
-restartable, box count, current job, pending steer, last sequence), folded like the chat views."""
+restartable, box count, current job, pending steer, last sequence), folded like the chat views.
+
+The job and the tool-call sequence are the reference's ``u64`` counters (a recovered transcript may carry a
+sequence up to 2**64 - 1): their columns are ``ubigint`` (v2; v1 stored them as signed 64-bit integers, and
+a conversation past 2**63 - 1 stopped the view)."""
 
 from __future__ import annotations
 
@@ -8,7 +12,9 @@ from typing import Any, Iterable
 from ledger.conversation import events as cev
 from ledger.conversation.evolve import evolve
 from ledger.conversation.queries import conversation_view_row
-from projections.engine import BIGINT, BOOLEAN, INTEGER, TEXT, TIMESTAMP, Column, Projection, RowOp, Rows, Table, Upsert
+from projections.engine import (
+    BIGINT, BOOLEAN, INTEGER, TEXT, TIMESTAMP, UBIGINT, Column, Projection, RowOp, Rows, Table, Upsert,
+)
 from projections.folding import StreamFold
 
 CONVERSATION_TOPICS = tuple(sorted(
@@ -19,13 +25,13 @@ CONVERSATION_TOPICS = tuple(sorted(
 
 class ConversationsView(Projection):
     name = "conversations"
-    version = 1
+    version = 2
     topics = CONVERSATION_TOPICS
     tables = [Table("conversations", [
         Column("conversation_id", TEXT), Column("session", TEXT, False), Column("status", TEXT, False),
         Column("restartable", BOOLEAN, False), Column("stall_message", TEXT), Column("halted", BOOLEAN, False),
-        Column("box_count", INTEGER, False), Column("queued_count", INTEGER, False), Column("current_job", BIGINT),
-        Column("pending_steer", BOOLEAN, False), Column("last_sequence", BIGINT, False),
+        Column("box_count", INTEGER, False), Column("queued_count", INTEGER, False), Column("current_job", UBIGINT),
+        Column("pending_steer", BOOLEAN, False), Column("last_sequence", UBIGINT, False),
         Column("submitted", INTEGER, False), Column("version", BIGINT, False), Column("updated_at", TIMESTAMP, False),
     ], primary_key=["conversation_id"], indexes=[["status"]])]
 

@@ -45,13 +45,15 @@ import msgspec
 TEXT = "text"
 INTEGER = "integer"
 BIGINT = "bigint"
+#: an unsigned 64-bit integer (0 .. 2**64 - 1): the Codex-style conversation's counters are ``u64``
+UBIGINT = "ubigint"
 BOOLEAN = "boolean"
 REAL = "real"
 JSON = "json"
 TIMESTAMP = "timestamp"
-COLUMN_TYPES = (TEXT, INTEGER, BIGINT, BOOLEAN, REAL, JSON, TIMESTAMP)
+COLUMN_TYPES = (TEXT, INTEGER, BIGINT, UBIGINT, BOOLEAN, REAL, JSON, TIMESTAMP)
 
-_INT_RANGES = {INTEGER: (-(2**31), 2**31 - 1), BIGINT: (-(2**63), 2**63 - 1)}
+_INT_RANGES = {INTEGER: (-(2**31), 2**31 - 1), BIGINT: (-(2**63), 2**63 - 1), UBIGINT: (0, 2**64 - 1)}
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 #: PostgreSQL truncates identifiers longer than this; we refuse them instead.
 MAX_IDENTIFIER = 63
@@ -67,6 +69,39 @@ class PositionConflict(ProjectionError):
 
 class BuildsNotAligned(ProjectionError):
     """Two builds cannot be compared: they are not at the same notification position."""
+
+
+class BuildBusy(ProjectionError):
+    """Another writer holds the lease of a build (or of a projection's rebuild); nothing was written."""
+
+
+class BuildGone(ProjectionError):
+    """The build being caught up was dropped meanwhile (a rebuild switched readers and pruned it)."""
+
+
+class ProjectionFailed(ProjectionError):
+    """A projection cannot apply an event: its ``apply`` raised, or the rows it gives cannot be stored.
+
+    ``notification_id`` (with the stream, its version and the topic) names the event; it is None while
+    the failure is only known for a whole batch (rows are written at the end of a batch), until the
+    runner has narrowed the batch down to the one event."""
+
+    def __init__(self, projection: str, version: int, reason: str, notification_id: int | None = None,
+                 stream_id: Any = None, stream_version: int | None = None, topic: str | None = None) -> None:
+        self.projection, self.version, self.reason = projection, version, reason
+        self.notification_id, self.stream_id = notification_id, stream_id
+        self.stream_version, self.topic = stream_version, topic
+        if notification_id is None:
+            where = "a batch"
+        else:
+            where = (f"stream {stream_id} version {stream_version} (notification {notification_id}, {topic})")
+        super().__init__(f"projection {projection} v{version} cannot apply {where}: {reason}")
+
+    def at(self, notification_id: int, event: Any) -> ProjectionFailed:
+        """The same failure, pinned to one event."""
+        return ProjectionFailed(self.projection, self.version, self.reason, notification_id,
+                                event.originator_id, event.originator_version,
+                                getattr(type(event), "TOPIC", type(event).__name__))
 
 
 def check_identifier(name: str, what: str) -> str:
@@ -102,7 +137,7 @@ class Column:
         # canonical form) is one type check; everything else goes through ``_normalize``.
         slow = self._normalize
         exact = {TEXT: str, BOOLEAN: bool, REAL: float}.get(self.type)
-        if self.type in (INTEGER, BIGINT):
+        if self.type in _INT_RANGES:
             lo, hi = _INT_RANGES[self.type]
             fast = lambda v: v if v.__class__ is int and lo <= v <= hi else slow(v)  # noqa: E731
         elif exact is not None:
@@ -119,7 +154,7 @@ class Column:
     def _normalize(self, value: Any) -> Any:
         """The canonical Python value stored for ``value`` (what reading the row back returns).
 
-        text: str (a UUID becomes its str); integer/bigint: int; boolean: bool; real: float;
+        text: str (a UUID becomes its str); integer/bigint/ubigint: int; boolean: bool; real: float;
         json: JSON builtins (Structs, UUIDs and datetimes converted as msgspec encodes them);
         timestamp: an aware datetime in UTC (naive datetimes are refused: time zones must be explicit).
         """
@@ -133,7 +168,7 @@ class Column:
                 return value
             if isinstance(value, UUID):
                 return str(value)
-        elif t in (INTEGER, BIGINT):
+        elif t in _INT_RANGES:
             if isinstance(value, int) and not isinstance(value, bool):
                 lo, hi = _INT_RANGES[t]
                 if not lo <= value <= hi:  # the same limits on every backend (Postgres integer is 32-bit)

@@ -6,17 +6,21 @@
 * Writes: ``SELECT ... FOR UPDATE`` on the tracking row serializes writers of one build; DDL and
   switches also take a transaction-scoped advisory lock (concurrent ``CREATE TABLE IF NOT EXISTS`` can
   otherwise collide in the catalog).
+* Leases (``projections.leases``): session advisory locks on a connection the thread keeps while it holds
+  any; that thread's transactions run on it.
 * Bulk rows: small batches are upserted with a pipelined ``executemany``; large ones are ``COPY``-ed
   into a temporary table and merged with one ``INSERT ... SELECT ... ON CONFLICT`` statement.
 * Reads run in ``REPEATABLE READ READ ONLY`` transactions (one snapshot per ``reading`` block).
 * Types: text is ``COLLATE "C"`` (byte order: the same order as SQLite and Python), json is ``jsonb``,
-  timestamps are ``timestamptz`` (read back in UTC).
+  timestamps are ``timestamptz`` (read back in UTC), unsigned 64-bit integers ``numeric(20)``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import threading
 from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
 from typing import Any, Iterator
@@ -26,10 +30,13 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from projections.backend import SqlBackend, _identity, _q
-from projections.engine import BIGINT, BOOLEAN, INTEGER, JSON, REAL, TEXT, TIMESTAMP, Column, Table
+from projections import leases
+from projections.backend import SqlBackend, _identity, _now, _q
+from projections.engine import BIGINT, BOOLEAN, INTEGER, JSON, REAL, TEXT, TIMESTAMP, UBIGINT, BuildBusy, Column, Table
 
-_DDL = {TEXT: 'text COLLATE "C"', INTEGER: "integer", BIGINT: "bigint", BOOLEAN: "boolean",
+log = logging.getLogger(__name__)
+
+_DDL = {TEXT: 'text COLLATE "C"', INTEGER: "integer", BIGINT: "bigint", UBIGINT: "numeric(20)", BOOLEAN: "boolean",
         REAL: "double precision", JSON: "jsonb", TIMESTAMP: "timestamptz"}
 
 
@@ -72,7 +79,16 @@ def _jsonb(v: Any) -> Jsonb:
 
 
 _ENCODERS = {JSON: _jsonb, TEXT: _text}
-_DECODERS = {TIMESTAMP: _utc, REAL: float}
+_DECODERS = {TIMESTAMP: _utc, REAL: float, UBIGINT: int}
+
+#: The holder of lease (projection, build), if its session still holds the advisory lock: ``%s`` are the
+#: projection, the build and the lock's text key.
+_LIVE_HOLDER = (
+    "SELECT l.purpose, l.pid, l.host, l.acquired_at FROM {leases} l WHERE l.projection = %s AND l.build = %s "
+    "AND EXISTS (SELECT 1 FROM pg_locks k WHERE k.locktype = 'advisory' AND k.granted "
+    "AND k.pid = l.backend_pid AND k.objsubid = 2 AND k.objid = l.build::oid "
+    "AND k.classid = (hashtext(%s)::bigint & 4294967295)::oid "
+    "AND k.database = (SELECT oid FROM pg_database WHERE datname = current_database()))")
 
 #: From this many rows on, upserts go through COPY + one merge statement.
 COPY_THRESHOLD = 200
@@ -86,6 +102,7 @@ class PostgresBackend(SqlBackend):
         super().__init__(cache_rows)
         self.conninfo = conninfo
         self.schema = schema
+        self._pin = threading.local()  # .conn, .count: the connection of this thread's leases
         self.pool = ConnectionPool(conninfo, min_size=1, max_size=pool_size, open=True,
                                    kwargs={"autocommit": True}, check=ConnectionPool.check_connection,
                                    name=f"projections-{schema}")
@@ -99,15 +116,138 @@ class PostgresBackend(SqlBackend):
             raise
 
     @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """The connection of this thread's leases while it holds any (its writes must run in the session
+        that holds the lock), else one from the pool."""
+        pinned = getattr(self._pin, "conn", None)
+        if pinned is not None:
+            yield pinned
+            return
+        with self.pool.connection() as conn:
+            yield conn
+
+    @contextmanager
     def _write_tx(self) -> Iterator[psycopg.Cursor[Any]]:
-        with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
             yield cur
 
     @contextmanager
     def _read_tx(self) -> Iterator[psycopg.Cursor[Any]]:
-        with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
             cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield cur
+
+    # -- leases (see projections.leases) -----------------------------------------------------------
+    def _lease_key(self, name: str) -> str:
+        return f"chat-ledger projection {self.schema}.{name}"
+
+    def _pinned(self) -> psycopg.Connection[Any]:
+        pin = self._pin
+        if getattr(pin, "conn", None) is None:
+            pin.conn, pin.count = self.pool.getconn(), 0
+        pin.count += 1
+        return pin.conn  # type: ignore[no-any-return]
+
+    def _unpin(self) -> None:
+        pin = self._pin
+        pin.count -= 1
+        if pin.count > 0:
+            return
+        conn, pin.conn = pin.conn, None
+        try:
+            # Whatever an interrupted lock request may have been granted after all goes with the lease:
+            # a pooled connection never keeps a lock.
+            if not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                conn.execute("SELECT pg_advisory_unlock_all()")
+        except psycopg.Error:
+            pass  # a broken connection holds nothing any more; the pool discards it
+        finally:
+            self.pool.putconn(conn)
+
+    def _holder(self, conn_or_cur: Any, name: str, build: int) -> leases.LeaseHolder | None:
+        row = conn_or_cur.execute(_LIVE_HOLDER.format(leases=self._qualify("projection_leases")),
+                                  (name, build, self._lease_key(name))).fetchone()
+        return leases.LeaseHolder(name, build, row[0], row[1], row[2], _utc(row[3])) if row else None
+
+    def _acquire(self, name: str, build: int, token: str, purpose: str, wait: float) -> None:
+        conn = self._pinned()
+        key, got = self._lease_key(name), False
+        try:
+            if wait > 0:  # queue in the server's lock queue (first come, first served)
+                conn.execute("SELECT set_config('lock_timeout', %s, false)", (f"{max(1, int(wait * 1000))}ms",))
+                try:
+                    conn.execute("SELECT pg_advisory_lock(hashtext(%s), %s)", (key, build))
+                    got = True
+                except psycopg.errors.LockNotAvailable:
+                    pass
+                finally:
+                    conn.execute("SELECT set_config('lock_timeout', '0', false)")
+            else:
+                got = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s), %s)", (key, build)).fetchone()[0]
+            if not got:
+                raise BuildBusy(leases.busy_message(name, build, self._holder(conn, name, build), wait))
+            pid, _ = leases.this_process()
+            conn.execute(
+                f"INSERT INTO {self._qualify('projection_leases')} (projection, build, owner, purpose, pid, host, "
+                "backend_pid, acquired_at) VALUES (%s, %s, %s, %s, %s, %s, pg_backend_pid(), %s) "
+                "ON CONFLICT (projection, build) DO UPDATE SET owner = excluded.owner, purpose = excluded.purpose, "
+                "pid = excluded.pid, host = excluded.host, backend_pid = excluded.backend_pid, "
+                "acquired_at = excluded.acquired_at", (name, build, token, purpose, pid, leases.HOST, _now()))
+        except BaseException:
+            if got:
+                try:
+                    conn.execute("SELECT pg_advisory_unlock(hashtext(%s), %s)", (key, build))
+                except psycopg.Error:
+                    pass
+            self._unpin()
+            raise
+
+    def _release(self, name: str, build: int, token: str) -> None:
+        conn = self._pin.conn
+        try:
+            conn.execute(f"DELETE FROM {self._qualify('projection_leases')} WHERE projection = %s AND build = %s "
+                         "AND owner = %s", (name, build, token))
+            conn.execute("SELECT pg_advisory_unlock(hashtext(%s), %s)", (self._lease_key(name), build))
+        except psycopg.Error as e:  # the connection is gone, and the lock with it
+            log.warning("releasing the lease of %s build %s: %s", name, build, e)
+        finally:
+            self._unpin()
+
+    def _check_lease(self, cur: Any, name: str, build: int) -> None:
+        cur.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s), %s)", (self._lease_key(name), build))
+        if not cur.fetchone()[0]:
+            holder = self._holder(cur, name, build)
+            if self.holds(name, build):  # pragma: no cover - our session holds it: cannot be refused
+                raise BuildBusy(f"projection {name} v{build}: this writer lost its lease; nothing written")
+            raise BuildBusy(leases.busy_message(name, build, holder, 0))
+
+    def lease_holders(self, name: str | None = None) -> list[leases.LeaseHolder]:
+        out = []
+        with self._read_tx() as cur:
+            cur.execute(self._sql(f"SELECT projection, build FROM {self._qualify('projection_leases')}"
+                                  + (" WHERE projection = %s" if name is not None else "")
+                                  + " ORDER BY projection, build"), (name,) if name is not None else ())
+            for projection, build in cur.fetchall():
+                holder = self._holder(cur, projection, build)
+                if holder is not None:
+                    out.append(holder)
+        return out
+
+    def stored_form(self, table: Table, row: dict[str, Any]) -> dict[str, Any]:
+        out = dict(row)
+        for col in table.columns:
+            v = out[col.name]
+            if v is not None and col.type == TEXT:
+                out[col.name] = _text(v)
+            elif v is not None and col.type == JSON:
+                out[col.name] = _without_nul(v)
+        return out
+
+    def _is_row_error(self, e: BaseException) -> bool:
+        # class 22 (data exception), 23 (integrity), 54 (program limit: an index row too big, a value
+        # nested too deep): the rows cannot be stored, however often they are retried
+        return isinstance(e, (psycopg.DataError, psycopg.IntegrityError, UnicodeError)) or (
+            isinstance(e, psycopg.Error) and (e.sqlstate or "").startswith("54"))
 
     def _lock_tracking(self, cur: Any) -> None:
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"chat-ledger projections {self.schema}",))
@@ -179,6 +319,14 @@ class PostgresBackend(SqlBackend):
             "projection text NOT NULL, from_version integer, to_version integer NOT NULL, position bigint NOT NULL, "
             "switched_at timestamptz NOT NULL, mode text NOT NULL, diff_digest text, diff_rows bigint, "
             "accepted_with_diff boolean NOT NULL)",
+            f"CREATE TABLE IF NOT EXISTS {self._qualify('projection_leases')} (projection text NOT NULL, "
+            "build integer NOT NULL, owner text NOT NULL, purpose text NOT NULL, pid integer NOT NULL, "
+            "host text NOT NULL, backend_pid integer NOT NULL, acquired_at timestamptz NOT NULL, "
+            "PRIMARY KEY (projection, build))",
+            f"CREATE TABLE IF NOT EXISTS {self._qualify('projection_failures')} (projection text NOT NULL, "
+            "version integer NOT NULL, notification_id bigint NOT NULL, stream_id text NOT NULL, "
+            "stream_version bigint NOT NULL, topic text NOT NULL, reason text NOT NULL, "
+            "failed_at timestamptz NOT NULL, PRIMARY KEY (projection, version))",
         ]
 
     def close(self) -> None:

@@ -7,24 +7,34 @@
   event store's writers, which is why batches are decoded before the transaction opens and kept short.
 * Reads run in a deferred transaction: every statement of a ``reading`` block sees one snapshot.
 * Types: STRICT tables; booleans as 0/1, json as canonical text (sorted keys), timestamps as fixed-width
-  ISO-8601 UTC text (so text order is time order).
+  ISO-8601 UTC text (so text order is time order), unsigned 64-bit integers as 20-digit text (SQLite's
+  INTEGER is signed; zero-padded text keeps the order and the exact value).
+* Leases: rows of ``projection_leases``, checked and renewed by each write transaction of a build
+  (``projections.leases``).
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Iterator
 
 import msgspec
 
-from projections.backend import SqlBackend, _identity
-from projections.engine import BIGINT, BOOLEAN, INTEGER, JSON, REAL, TEXT, TIMESTAMP, Column, ProjectionError
+from projections import leases
+from projections.backend import SqlBackend, _identity, _now
+from projections.engine import (
+    BIGINT, BOOLEAN, INTEGER, JSON, REAL, TEXT, TIMESTAMP, UBIGINT, BuildBusy, Column, ProjectionError,
+)
 
-_DDL = {TEXT: "TEXT", INTEGER: "INTEGER", BIGINT: "INTEGER", BOOLEAN: "INTEGER", REAL: "REAL",
+_DDL = {TEXT: "TEXT", INTEGER: "INTEGER", BIGINT: "INTEGER", UBIGINT: "TEXT", BOOLEAN: "INTEGER", REAL: "REAL",
         JSON: "TEXT", TIMESTAMP: "TEXT"}
+
+#: How long a recorded waiter keeps its place in line without polling again.
+WAITER_TTL = timedelta(seconds=2)
 
 
 def _ts(v: datetime) -> str:
@@ -38,8 +48,13 @@ def _json(v: Any) -> str:
     return _encode_sorted(v).decode()  # canonical: sorted keys, no spaces
 
 
-_ENCODERS = {BOOLEAN: int, JSON: _json, TIMESTAMP: _ts, REAL: float}
-_DECODERS = {BOOLEAN: bool, JSON: msgspec.json.decode, TIMESTAMP: datetime.fromisoformat, REAL: float}
+def _u64(v: int) -> str:
+    return f"{v:020d}"
+
+
+_ENCODERS = {BOOLEAN: int, JSON: _json, TIMESTAMP: _ts, REAL: float, UBIGINT: _u64}
+_DECODERS = {BOOLEAN: bool, JSON: msgspec.json.decode, TIMESTAMP: datetime.fromisoformat, REAL: float, UBIGINT: int}
+_LEASE_COLS = "owner, purpose, pid, host, machine, process, acquired_at, expires_at, waiter, waiter_until"
 
 
 class SqliteBackend(SqlBackend):
@@ -132,7 +147,111 @@ class SqliteBackend(SqlBackend):
             "projection TEXT NOT NULL, from_version INTEGER, to_version INTEGER NOT NULL, position INTEGER NOT NULL, "
             "switched_at TEXT NOT NULL, mode TEXT NOT NULL, diff_digest TEXT, diff_rows INTEGER, "
             "accepted_with_diff INTEGER NOT NULL) STRICT",
+            "CREATE TABLE IF NOT EXISTS projection_leases (projection TEXT NOT NULL, build INTEGER NOT NULL, "
+            "owner TEXT, purpose TEXT, pid INTEGER, host TEXT, machine TEXT, process TEXT, acquired_at TEXT, "
+            "expires_at TEXT, waiter TEXT, waiter_until TEXT, PRIMARY KEY (projection, build)) STRICT",
+            "CREATE TABLE IF NOT EXISTS projection_failures (projection TEXT NOT NULL, version INTEGER NOT NULL, "
+            "notification_id INTEGER NOT NULL, stream_id TEXT NOT NULL, stream_version INTEGER NOT NULL, "
+            "topic TEXT NOT NULL, reason TEXT NOT NULL, failed_at TEXT NOT NULL, "
+            "PRIMARY KEY (projection, version)) STRICT",
         ]
+
+    # -- leases (see projections.leases) -----------------------------------------------------------
+    def _lease_row(self, cur: sqlite3.Cursor, name: str, build: int) -> tuple[Any, ...] | None:
+        cur.execute(f"SELECT {_LEASE_COLS} FROM projection_leases WHERE projection = ? AND build = ?", (name, build))
+        return cur.fetchone()
+
+    @staticmethod
+    def _holder_alive(row: tuple[Any, ...], now: str) -> bool:
+        owner, _, pid, _, machine, process, _, expires_at = row[:8]
+        if owner is None or expires_at is None or expires_at <= now:
+            return False
+        return machine != leases.MACHINE or leases.process_alive(pid, process)
+
+    @staticmethod
+    def _holder(name: str, build: int, row: tuple[Any, ...] | None) -> leases.LeaseHolder | None:
+        if row is None or row[0] is None:
+            return None
+        return leases.LeaseHolder(name, build, row[1], row[2], row[3], datetime.fromisoformat(row[6]))
+
+    def _acquire(self, name: str, build: int, token: str, purpose: str, wait: float) -> None:
+        started = time.monotonic()
+        pause = 0.005
+        while True:
+            with self._write_tx() as cur:
+                now = _now()
+                stamp = _ts(now)
+                row = self._lease_row(cur, name, build)
+                holder = row if row is not None and self._holder_alive(row, stamp) else None
+                queued = (row is not None and row[8] is not None and row[8] != token
+                          and row[9] is not None and row[9] > stamp)
+                if holder is None and not queued:
+                    pid, process = leases.this_process()
+                    cur.execute(
+                        f"INSERT INTO projection_leases (projection, build, {_LEASE_COLS}) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL) ON CONFLICT (projection, build) DO UPDATE "
+                        "SET owner = excluded.owner, purpose = excluded.purpose, pid = excluded.pid, "
+                        "host = excluded.host, machine = excluded.machine, process = excluded.process, "
+                        "acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, "
+                        "waiter = CASE WHEN waiter = excluded.owner OR waiter_until <= excluded.acquired_at "
+                        "THEN NULL ELSE waiter END",
+                        (name, build, token, purpose, pid, leases.HOST, leases.MACHINE, process, stamp,
+                         _ts(now + timedelta(seconds=self.LEASE_TTL))))
+                    return
+                if wait > 0 and not queued:  # first in line: newcomers let this one go first
+                    cur.execute("UPDATE projection_leases SET waiter = ?, waiter_until = ? "
+                                "WHERE projection = ? AND build = ?", (token, _ts(now + WAITER_TTL), name, build))
+            waited = time.monotonic() - started
+            if waited >= wait:
+                if wait > 0:  # out of line
+                    with self._write_tx() as cur:
+                        cur.execute("UPDATE projection_leases SET waiter = NULL, waiter_until = NULL "
+                                    "WHERE projection = ? AND build = ? AND waiter = ?", (name, build, token))
+                raise BuildBusy(leases.busy_message(name, build, self._holder(name, build, holder), wait))
+            time.sleep(min(pause, wait - waited))
+            pause = min(pause * 2, 0.05)
+
+    def _release(self, name: str, build: int, token: str) -> None:
+        with self._write_tx() as cur:
+            cur.execute("UPDATE projection_leases SET owner = NULL, expires_at = NULL "
+                        "WHERE projection = ? AND build = ? AND owner = ?", (name, build, token))
+
+    def _check_lease(self, cur: sqlite3.Cursor, name: str, build: int) -> None:
+        now = _now()
+        stamp = _ts(now)
+        token = self._held().get((name, build))
+        row = self._lease_row(cur, name, build)
+        if token is None:
+            if row is not None and self._holder_alive(row, stamp):
+                raise BuildBusy(leases.busy_message(name, build, self._holder(name, build, row), 0))
+            return
+        if row is None or row[0] != token:
+            raise BuildBusy(f"projection {name} v{build}: this writer's lease was taken over by "
+                            f"{self._describe(name, build, row)}; nothing written")
+        mine = [t for (p, _), t in self._held().items() if p == name]
+        cur.execute(f"UPDATE projection_leases SET expires_at = ? WHERE projection = ? AND owner IN "
+                    f"({', '.join('?' * len(mine))})",
+                    (_ts(now + timedelta(seconds=self.LEASE_TTL)), name, *mine))
+
+    def _describe(self, name: str, build: int, row: tuple[Any, ...] | None) -> str:
+        holder = self._holder(name, build, row)
+        return holder.describe() if holder is not None else "nobody"
+
+    def lease_holders(self, name: str | None = None) -> list[leases.LeaseHolder]:
+        q = f"SELECT projection, build, {_LEASE_COLS} FROM projection_leases WHERE owner IS NOT NULL"
+        params: tuple[Any, ...] = ()
+        if name is not None:
+            q += " AND projection = ?"
+            params = (name,)
+        with self._read_tx() as cur:
+            cur.execute(q + " ORDER BY projection, build", params)
+            rows = cur.fetchall()
+        stamp = _ts(_now())
+        return [self._holder(r[0], r[1], r[2:]) for r in rows if self._holder_alive(r[2:], stamp)]  # type: ignore[misc]
+
+    def _is_row_error(self, e: BaseException) -> bool:
+        return isinstance(e, (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError, OverflowError,
+                              UnicodeError))
 
     def close(self) -> None:
         with self._lock:

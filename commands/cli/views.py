@@ -1,4 +1,4 @@
-"""CLI read commands on the materialized views, and ``projections status|catch-up|rebuild|follow``.
+"""CLI read commands on the materialized views, and ``projections status|catch-up|rebuild|follow|prune``.
 
 The queries are the service layer's (``commands.views``); this module parses options and prints. Every
 query catches up the views it reads first, so the CLI always shows what has been recorded. A progress bar
@@ -18,7 +18,7 @@ import msgspec
 from commands import views
 from commands.cli.context import STATUS_COLUMNS, Ctx, caught_up, emit_json, parse_uuid, pass_ctx, print_rows, progress_bar
 from ledger.errors import LedgerError
-from projections import follow, rebuild, status
+from projections import Follower, status
 
 #: ``--batch-size`` of ``projections catch-up`` and ``rebuild``
 batch_size_option = click.option(
@@ -84,22 +84,48 @@ def _selected(c: Ctx, name: str | None) -> list[Any]:
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
 def projections_status(c: Ctx, as_json: bool) -> None:
-    """Each projection's position, the head of the log, the lag in events and the live version."""
-    rows = [msgspec.to_builtins(s) for s in status(c.app, views.all_projections(c.app), c.backend)]
+    """Each projection's position, the head of the log, the lag in events and the live version; a failed
+    projection's event, a rebuild running, and the builds beside the live one."""
+    statuses = status(c.app, views.all_projections(c.app), c.backend)
+    rows = [msgspec.to_builtins(s) for s in statuses]
     print_rows(rows, as_json, ("projection", "live_version", "version", "position", "head", "lag", "state"))
+    if as_json:
+        return
+    for s in statuses:
+        if s.error:
+            click.echo(f"{s.projection}: FAILED: {s.error}")
+        if s.rebuilding:
+            click.echo(f"{s.projection}: {s.rebuilding.purpose} running: {s.rebuilding.describe()}")
+        for b in s.other_builds:
+            what = {"building": f"being built by {b.holder.describe() if b.holder else 'a rebuild'}",
+                    "previous": "the previous live build, kept after a switch",
+                    "leftover": "left by a rebuild that did not switch (killed, or refused for a diff)"}[b.state]
+            click.echo(f"{s.projection}: v{b.version} at {b.position}: {what}"
+                       + ("" if b.state == "building" else "; `projections prune` drops it"))
 
 
 @projections.command("catch-up")
 @click.argument("name", required=False)
 @batch_size_option
+@click.option("--wait", type=click.FloatRange(0), default=30.0, show_default=True,
+              help="Seconds to wait for another writer of a build (a rebuild) before giving up on it.")
 @pass_ctx
-def projections_catch_up(c: Ctx, name: str | None, batch_size: int) -> None:
-    """Bring projections (default: all) up to the head of the log."""
-    backend = c.backend
+def projections_catch_up(c: Ctx, name: str | None, batch_size: int, wait: float) -> None:
+    """Bring projections (default: all) up to the head of the log. A projection that fails does not stop
+    the others; the command then exits 1."""
+    backend, failed = c.backend, []
     for p in _selected(c, name):
-        with progress_bar(f"catching up {p.name}", views.lag(c.app, p, backend)) as progress:
-            n = views.catch_up_one(c.app, p, backend, batch_size, progress)
+        try:
+            with progress_bar(f"catching up {p.name}", views.lag(c.app, p, backend)) as progress:
+                n = views.catch_up_one(c.app, p, backend, batch_size, progress, wait=wait)
+        except LedgerError as e:
+            failed.append(e)
+            click.echo(f"error: {e.code}: {e.message}", err=True)
+            continue
         click.echo(f"{p.name}: {n} events applied")
+    if failed:
+        raise failed[0] if len(failed) == 1 else LedgerError(
+            failed[0].code, f"{len(failed)} projections failed (see above); first: {failed[0].message}")
 
 
 @projections.command("rebuild")
@@ -111,12 +137,13 @@ def projections_catch_up(c: Ctx, name: str | None, batch_size: int) -> None:
 @pass_ctx
 def projections_rebuild(c: Ctx, name: str | None, blue_green: bool, accept_diff: bool, batch_size: int,
                         as_json: bool) -> None:
-    """Rebuild projections (default: all) from the first event."""
+    """Rebuild projections (default: all) from the first event. A rebuild of the same projection already
+    running stops this one (projection_busy); builds left by earlier rebuilds are dropped first."""
     backend, refused = c.backend, False
     for p in _selected(c, name):
         with progress_bar(f"rebuilding {p.name}", c.app.head()) as progress:
-            result = rebuild(c.app, p, backend, blue_green=blue_green, accept_diff=accept_diff,
-                             batch_size=batch_size, progress=progress)
+            result = views.rebuild_one(c.app, p, backend, blue_green=blue_green, accept_diff=accept_diff,
+                                       batch_size=batch_size, progress=progress)
         in_place = result.mode == "in_place"
         refused = refused or not (result.switched or in_place)
         if as_json:
@@ -142,21 +169,30 @@ def projections_rebuild(c: Ctx, name: str | None, blue_green: bool, accept_diff:
 @projections.command("follow")
 @click.option("--poll", "poll_interval", type=float, default=1.0, show_default=True, help="Polling interval (s).")
 @click.option("--for", "duration", type=float, default=None, help="Stop after this many seconds.")
+@batch_size_option
 @pass_ctx
-def projections_follow(c: Ctx, poll_interval: float, duration: float | None) -> None:
-    """Keep every projection caught up until interrupted (LISTEN/NOTIFY on PostgreSQL, plus polling)."""
+def projections_follow(c: Ctx, poll_interval: float, duration: float | None, batch_size: int) -> None:
+    """Keep every projection caught up until interrupted (LISTEN/NOTIFY on PostgreSQL, plus polling).
+
+    A projection being rebuilt is skipped until the rebuild is done. One that cannot apply an event is
+    reported (here and in `projections status`) and no longer followed; the others go on, and the command
+    exits 1 when it ends."""
     app, backend = c.app, c.backend
     ps = views.all_projections(app)
     stop = threading.Event()
     failure: list[BaseException] = []
 
+    def failed(p: Any, e: BaseException) -> None:
+        click.echo(f"error: projection_error: no longer following {p.name}: {e}", err=True)
+
     def run() -> None:
         try:
-            follow(app, ps, backend, poll_interval=poll_interval, stop_event=stop)
+            follower.run(stop)
         except BaseException as e:  # reported by the main thread
             failure.append(e)
             stop.set()
 
+    follower = Follower(app, ps, backend, poll_interval=poll_interval, batch_size=batch_size, on_failure=failed)
     worker = threading.Thread(target=run, name="projections-follow", daemon=True)
     worker.start()
     started = time.monotonic()
@@ -177,3 +213,17 @@ def projections_follow(c: Ctx, poll_interval: float, duration: float | None) -> 
             click.echo("", err=True)
     if failure:
         raise LedgerError("projection_error", f"follow stopped: {failure[0]}")
+    if follower.failed:
+        raise LedgerError("projection_error", "follow ended; not followed since they failed: "
+                          + "; ".join(str(e) for e in follower.failed.values()))
+
+
+@projections.command("prune")
+@click.argument("name", required=False)
+@pass_ctx
+def projections_prune(c: Ctx, name: str | None) -> None:
+    """Drop the builds beside the live one (left by killed or refused blue/green rebuilds, or the previous
+    live build kept after a switch) of projections (default: all). Builds being written are kept."""
+    for p in _selected(c, name):
+        dropped = views.prune_one(p, c.backend)
+        click.echo(f"{p.name}: " + (f"dropped {', '.join(f'v{v}' for v in dropped)}" if dropped else "nothing to drop"))

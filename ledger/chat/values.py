@@ -7,12 +7,17 @@ arguments and results, retry payloads) is the only untyped content.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, Union
+from typing import Any, Iterator, Literal, Union
 from uuid import UUID
 
 import msgspec
 
 from ledger.catalog.values import EffortLevel
+#: The widest integer both databases store in a view column: a signed 64-bit integer.
+MAX_INT64 = 2**63 - 1
+#: The longest provider tool-call id a command may give. The chat views key a chat's unresolved calls by it,
+#: and a PostgreSQL index entry holds at most 2,704 bytes: 512 characters are at most 2,048 bytes of UTF-8.
+MAX_TOOL_CALL_ID = 512
 
 Role = Literal["user", "assistant", "tool", "system"]
 Visibility = Literal["user", "model", "both"]
@@ -132,6 +137,29 @@ def edited_prompt(prompt: QueuedPrompt, parts: list[Part], model_config_id: UUID
         prompt, parts=parts,
         model_config_id=model_config_id if model_config_id is not None else prompt.model_config_id,
         reasoning_effort=reasoning_effort if reasoning_effort is not None else prompt.reasoning_effort)
+
+
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens", "total_tokens")
+
+
+def input_bound_errors(m: MessageInput, path: str) -> Iterator[str]:
+    """What a submitted message carries out of bounds (msgspec's wording, ``path`` is where the message is):
+    token counts and the context limit are non-negative and within 64 bits, tool-call ids at most
+    ``MAX_TOOL_CALL_ID`` characters.
+
+    Checked on commands only (``commands.base.Command``): recorded events keep these types unbounded, so an
+    event recorded before the bounds still decodes."""
+    counts = [("context_limit", m.context_limit)]
+    if m.usage is not None:
+        counts += [(f"usage.{name}", getattr(m.usage, name)) for name in USAGE_FIELDS]
+    for name, value in counts:
+        if value is not None and value < 0:
+            yield f"Expected `int` >= 0 - at `{path}.{name}`"
+        elif value is not None and value > MAX_INT64:
+            yield f"Expected `int` <= {MAX_INT64} - at `{path}.{name}`"
+    for i, part in enumerate(m.parts):
+        if isinstance(part, (ToolCallPart, ToolResultPart)) and len(part.tool_call_id) > MAX_TOOL_CALL_ID:
+            yield f"Expected `str` of length <= {MAX_TOOL_CALL_ID} - at `{path}.parts[{i}].tool_call_id`"
 
 
 def message_text(parts: list[Part]) -> str:

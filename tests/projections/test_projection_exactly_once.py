@@ -12,7 +12,7 @@ from tests.projections.projection_kit import (
     GroupCleared, GroupRetagged, GroupShifted, ItemRemoved, Items, ItemSet, Noted, Writer, all_events, read_build,
     renamed,
 )
-from projections import MemoryStore, PositionConflict, ProjectionError, catch_up, maintained_version
+from projections import BuildBusy, MemoryStore, PositionConflict, ProjectionError, catch_up, maintained_version
 
 
 class Crash(Exception):
@@ -172,7 +172,8 @@ def test_interrupted_incremental_run_equals_full_rebuild(app: Any, backend: Any,
 
 def test_two_writers_of_one_build_stay_exactly_once(db_url: str, app: Any, backend: Any) -> None:
     """Two backends (as two processes would) alternate on one build: each refuses what the other
-    applied, and neither trusts rows it cached before the other wrote (the totals depend on them)."""
+    applied, and neither trusts rows it cached before the other wrote (the totals depend on them); during a
+    catch-up the other is refused while the catch-up holds the lease and may write between its batches."""
     from projections import open_backend
 
     w = Writer(app)
@@ -190,23 +191,30 @@ def test_two_writers_of_one_build_stay_exactly_once(db_url: str, app: Any, backe
             with pytest.raises(PositionConflict):  # the same batch again, through the other backend
                 (other, backend)[turn % 2].apply_batch(p, version, items)
             turn += 1
-        # catch_up racing another writer: the other applies a batch after each of ours.
+        # catch_up beside another writer: the other applies a batch between each two of ours (catch-up
+        # holds the build's lease one batch at a time), and while one of ours holds the lease the other
+        # is refused (BuildBusy, nothing written). Each of our batches reads the position under the lease,
+        # so none of them is refused for being stale, and nothing is applied twice or skipped.
         w.save([w.event(ItemSet, g, key=f"n{i}", value=i, tag="n") for i in range(6) for g in (0, 1)])
         start = backend.position(p.name, version)
+        interleaved, busy, refused = [], [], []
 
         def interfere(done: int, total: int) -> None:
             pos = other.position(p.name, version)
             if 0 < done < total and pos < app.head():
-                other.apply_batch(p, version, decoded(app, pos, 2))
+                interleaved.append(other.apply_batch(p, version, decoded(app, pos, 2)))
 
-        refused = []
         apply_batch = backend.apply_batch
 
-        def counting(*args: Any, **kwargs: Any) -> int:
+        def counting(projection: Any, v: int, items: Any, **kwargs: Any) -> int:
+            if items:  # our lease is held here: the other writer cannot write
+                with pytest.raises(BuildBusy, match="being written by catch-up"):
+                    other.apply_batch(projection, v, items, upto=kwargs.get("upto"))
+                busy.append(items[0][0])
             try:
-                return apply_batch(*args, **kwargs)
+                return apply_batch(projection, v, items, **kwargs)
             except PositionConflict:
-                refused.append(args)
+                refused.append(items)
                 raise
 
         backend.apply_batch = counting
@@ -214,7 +222,8 @@ def test_two_writers_of_one_build_stay_exactly_once(db_url: str, app: Any, backe
             catch_up(app, p, backend, batch_size=2, progress=interfere)
         finally:
             del backend.apply_batch
-        assert refused, "the race never happened"
+        assert interleaved and busy, "the writers never met"
+        assert refused == []
         assert backend.position(p.name, version) == app.head() > start
         assert read_build(backend, p) == MemoryStore.run(Items(), all_events(app))
     finally:

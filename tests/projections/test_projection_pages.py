@@ -17,9 +17,9 @@ def _counting(backend: Any) -> list[tuple[int, int | None]]:
     calls: list[tuple[int, int | None]] = []
     original = backend.apply_batch
 
-    def apply_batch(projection: Any, version: int, items: Any, upto: int | None = None) -> int:
+    def apply_batch(projection: Any, version: int, items: Any, upto: int | None = None, **kw: Any) -> int:
         calls.append((len(items), upto))
-        return original(projection, version, items, upto=upto)
+        return original(projection, version, items, upto=upto, **kw)
 
     backend.apply_batch = apply_batch
     return calls
