@@ -141,9 +141,15 @@ def stream_order(app: Any, head: int, stream: UUID | None = None, page: int = PA
     events table's primary key (stream, version): an index-order read, one page at a time."""
     from eventsourcing.persistence import Notification
 
+    from eventsourcing.sqlite import SQLiteDatastore
+
     recorder = app.recorder
-    datastore = recorder.datastore
-    if type(recorder).__module__.startswith("eventsourcing.sqlite"):
+    datastore = getattr(recorder, "datastore", None)
+    if datastore is None:  # the in-memory store: its whole log is in memory anyway
+        notes = [n for n in iter_notifications(app, 0, head) if stream is None or _uuid(n.originator_id) == stream]
+        yield from sorted(notes, key=lambda n: (str(_uuid(n.originator_id)), n.originator_version))
+        return
+    if isinstance(datastore, SQLiteDatastore):
         table, nid, param = recorder.events_table_name, "rowid", "?"
     else:
         table = f'"{datastore.schema}"."{recorder.events_table_name}"'

@@ -208,8 +208,11 @@ class PostgresBackend(SqlBackend):
             conn.execute(f"DELETE FROM {self._qualify('projection_leases')} WHERE projection = %s AND build = %s "
                          "AND owner = %s", (name, build, token))
             conn.execute("SELECT pg_advisory_unlock(hashtext(%s), %s)", (self._lease_key(name), build))
-        except psycopg.Error as e:  # the connection is gone, and the lock with it
-            log.warning("releasing the lease of %s build %s: %s", name, build, e)
+        except psycopg.Error as e:
+            # A closed connection took the session's advisory lock with it (the lease row left behind names a
+            # session that no longer holds the lock, which is how every reader tells a dead holder): nothing
+            # to report. Any other failure is worth a warning.
+            (log.debug if conn.closed else log.warning)("releasing the lease of %s build %s: %s", name, build, e)
         finally:
             self._unpin()
 

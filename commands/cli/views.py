@@ -120,12 +120,12 @@ def projections_catch_up(c: Ctx, name: str | None, batch_size: int, wait: float)
                 n = views.catch_up_one(c.app, p, backend, batch_size, progress, wait=wait)
         except LedgerError as e:
             failed.append(e)
-            click.echo(f"error: {e.code}: {e.message}", err=True)
+            click.echo(f"{p.name}: not caught up ({e.code})")
             continue
         click.echo(f"{p.name}: {n} events applied")
-    if failed:
+    if failed:  # one error line on stderr, as for every command: the first failure, and how many there were
         raise failed[0] if len(failed) == 1 else LedgerError(
-            failed[0].code, f"{len(failed)} projections failed (see above); first: {failed[0].message}")
+            failed[0].code, f"{len(failed)} projections failed; first: {failed[0].message}")
 
 
 @projections.command("rebuild")

@@ -203,9 +203,10 @@ def test_view_rows_the_database_refuses_in_catch_up(db_url: str) -> None:
         execute(app, command_from_dict({"type": "send_message", "chat_id": chat_id, "text": "again"}))
     finally:
         app.close()
-    message = error_line(run(db_url, "projections", "catch-up"), "database_error")
-    assert "view rows refused" in message
-    assert_traceback_with_debug(db_url, "projections", "catch-up", code="database_error")
+    # the view stops at the event whose rows the database refuses, and names it with the server's reason
+    message = error_line(run(db_url, "projections", "catch-up"), "projection_error")
+    assert "view rows refused" in message and chat_id in message and "version 3" in message
+    assert_traceback_with_debug(db_url, "projections", "catch-up", code="projection_error")
 
 
 # -- an unknown topic -----------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from commands.handler import command_from_dict, execute
 from ledger.base import Emitter
 from ledger.chat import events as ev
 from projections import open_backend
+from projections.chats import ChatViews
 from tests.audit.kit import cli
 from tests.chat.helpers import ORG, OWNER, setup_org
 from tests.reliability.kit import wait_for
@@ -58,13 +59,13 @@ def test_a_projection_that_cannot_apply_an_event_stops_alone(db_url: str, app: A
     run(app, type="commit_step", chat_id=chats[2],
         messages=[{"role": "assistant", "parts": [{"type": "text", "text": "after"}]}])
     conversation = run(app, type="conversation_start")["conversation_id"]
-    named = (f"projection chat_views v1 cannot apply stream {chats[1]} version {version} (notification "
+    named = (f"projection chat_views v{ChatViews.version} cannot apply stream {chats[1]} version {version} (notification "
              f"{poison_at}, chat-ledger:chat.GenerationAttemptRecorded): ProjectionError: column generation_attempt "
              f"(integer): {POISON} is out of range")
 
     follower = process(db_url, "projections", "follow", "--poll", "0.05")
     with open_backend(db_url) as backend:
-        wait_for(lambda: ("chat_views", 1) in backend.failures() or follower.poll() is not None, 60,
+        wait_for(lambda: ("chat_views", ChatViews.version) in backend.failures() or follower.poll() is not None, 60,
                  "the chat views to stop at the poison event")
         wait_for(lambda: backend.position("conversations", 2) == app.head() or follower.poll() is not None, 60,
                  "the conversations view")
@@ -80,12 +81,12 @@ def test_a_projection_that_cannot_apply_an_event_stops_alone(db_url: str, app: A
         assert "Traceback" not in err
 
         # every event before the poison one is in the view; nothing from it on
-        position = backend.position("chat_views", 1)
+        position = backend.position("chat_views", ChatViews.version)
         chat_events = [nid for nid, e in app.iter_events(0) if type(e).__module__ == "ledger.chat.events"]
         assert position == max(nid for nid in chat_events if nid < poison_at)
         # (the first build of the chat views never reached the head: it is not live)
         assert backend.live_version("chat_views") is None
-        rows = {r["chat_id"]: r for r in backend.query("chat_views", "chat_status", version=1)}
+        rows = {r["chat_id"]: r for r in backend.query("chat_views", "chat_status", version=ChatViews.version)}
         assert rows[chats[0]]["message_count"] == 2 and rows[chats[2]]["message_count"] == 1
         assert rows[chats[1]]["generation_attempt"] == 0
 

@@ -131,42 +131,43 @@ def test_a_second_rebuild_of_a_projection_stops_with_a_clear_error(db_url: str, 
 @pytest.mark.parametrize("cleanup", ["prune", "rebuild"])
 def test_a_killed_blue_green_rebuild_leaves_a_build_that_status_lists_and_prune_removes(
         db_url: str, app: Any, cleanup: str) -> None:
+    V = ChatViews.version  # the first build; a blue/green rebuild writes the next
     generate(app, 800, seed=9, chat_events=4, save_every=40)
     with open_backend(db_url) as backend:
         catch_up(app, ChatViews(app), backend)
-        assert backend.live_version("chat_views") == 1
+        assert backend.live_version("chat_views") == V
         killed = cli(db_url, "projections", "rebuild", "chat_views", "--blue-green", "--batch-size", "5")
-        wait_for(lambda: (backend.position("chat_views", 2) or 0) > 0 or killed.poll() is not None, 120,
+        wait_for(lambda: (backend.position("chat_views", V + 1) or 0) > 0 or killed.poll() is not None, 120,
                  "the blue/green build to be under way")
         killed.send_signal(signal.SIGKILL)
         assert killed.wait(timeout=30) == -signal.SIGKILL
         # PostgreSQL drops the killed process's session (and its locks) once it sees the socket closed.
         wait_for(lambda: not backend.lease_holders("chat_views"), 30, "the killed rebuild's leases to go")
-        left = backend.position("chat_views", 2)
+        left = backend.position("chat_views", V + 1)
         assert 0 < left < app.head()
 
         views = chat_views_status(db_url)
-        assert views["live_version"] == 1 and views["state"] == "live"
-        assert [(b["version"], b["position"], b["state"]) for b in views["other_builds"]] == [(2, left, "leftover")]
+        assert views["live_version"] == V and views["state"] == "live"
+        assert [(b["version"], b["position"], b["state"]) for b in views["other_builds"]] == [(V + 1, left, "leftover")]
         out = run_cli(db_url, "projections", "status").output
-        assert f"chat_views: v2 at {left}: left by a rebuild that did not switch" in out
+        assert f"chat_views: v{V + 1} at {left}: left by a rebuild that did not switch" in out
 
         if cleanup == "prune":
             out = run_cli(db_url, "projections", "prune", "chat_views").output
-            assert out.strip() == "chat_views: dropped v2"
-            assert sorted(backend.builds("chat_views")) == [1]
-            assert backend.live_version("chat_views") == 1
+            assert out.strip() == f"chat_views: dropped v{V + 1}"
+            assert sorted(backend.builds("chat_views")) == [V]
+            assert backend.live_version("chat_views") == V
         else:  # the next rebuild drops it first, then builds and switches to a build of its own
             result = json.loads(run_cli(db_url, "projections", "rebuild", "chat_views", "--blue-green", "--json").output)
             assert result["switched"] and result["diff"]["equal"] and result["events"] > 0
-            assert backend.live_version("chat_views") == result["to_version"] == 2
-            assert sorted(backend.builds("chat_views")) == [1, 2]  # the previous live build is kept
+            assert backend.live_version("chat_views") == result["to_version"] == V + 1
+            assert sorted(backend.builds("chat_views")) == [V, V + 1]  # the previous live build is kept
         views = chat_views_status(db_url)
         assert [b["state"] for b in views["other_builds"]] == ([] if cleanup == "prune" else ["previous"])
         assert_tables = _tables(db_url)
-        assert not any(t.startswith("chat_views_v3") for t in assert_tables)
+        assert not any(t.startswith(f"chat_views_v{V + 2}") for t in assert_tables)
         if cleanup == "prune":
-            assert not any(t.startswith("chat_views_v2") for t in assert_tables)
+            assert not any(t.startswith(f"chat_views_v{V + 1}") for t in assert_tables)
     assert_sound(db_url, app)
 
 

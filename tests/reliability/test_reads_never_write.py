@@ -40,7 +40,8 @@ READ_COMMANDS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("status",): (CHAT,), ("unresolved",): (), ("queue",): (CHAT,), ("models",): ("--org", ORG),
     ("show",): (CHAT,), ("audit",): (CHAT,), ("explain",): (CHAT, "--turn", CHAT), ("resolve-model",): (CHAT,),
     ("next-action",): (CHAT,), ("events", "verify"): (), ("events", "stats"): (), ("events", "export"): (),
-    ("projections", "status"): (), ("conversation", "status"): (), ("conversation", "show"): (CONV,),
+    ("projections", "status"): (), ("projections", "prune"): (), ("conversation", "status"): (),
+    ("conversation", "show"): (CONV,),
 }
 READS = [(*path, *args) for path, args in READ_COMMANDS.items()] + [("status",)]
 #: commands that do not open the ledger named by --db at all
