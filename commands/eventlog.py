@@ -172,8 +172,10 @@ def _short(v: Any) -> str:
     return text if len(text) <= 60 else text[:59] + "…"
 
 
-def verify(app: Any, backend: Any = None, projections: list[Any] | None = None) -> dict[str, Any]:
-    """Decode, replay and check every stored event; compare the known projections with the fold."""
+def verify(app: Any, backend: Any = None, projections: list[Any] | None = None,
+           decisions: bool = False) -> dict[str, Any]:
+    """Decode, replay and check every stored event; compare the known projections with the fold; with
+    ``decisions``, re-decide every recorded decision (``commands.redecide``)."""
     head = app.head()
     anomalies: list[dict[str, Any]] = []
     streams: dict[UUID, _Stream] = {}
@@ -246,8 +248,15 @@ def verify(app: Any, backend: Any = None, projections: list[Any] | None = None) 
     snapshot_due(head)
     for _, p, row in pending:  # pragma: no cover - positions beyond the head (a concurrent writer)
         row["result"] = "not checked (position beyond the head read)"
+    report: dict[str, Any] = {}
+    if decisions:
+        from commands.redecide import check_decisions
+
+        tally = check_decisions(app, head)
+        anomalies.extend(tally.anomalies)
+        report["decisions"] = tally.report()
     return {"ok": not anomalies, "events": count, "streams": len(streams), "head": head,
-            "anomalies": anomalies, "projections": checks}
+            "anomalies": anomalies, "projections": checks, **report}
 
 
 # -- stats --------------------------------------------------------------------------------------------------
