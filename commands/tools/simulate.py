@@ -77,6 +77,7 @@ class Simulation(WorkerRole, UserRole):
         self.seconds = 0.0
         self.events = 0
         self._did: list[str] | None = None
+        self._fence: dict[str, Any] = {}  # the fence of the worker step under way (``WorkerRole.worker_step``)
         self.legacy_phase_done = False
 
     # -- plumbing ------------------------------------------------------------------------------------
