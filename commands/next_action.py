@@ -24,15 +24,13 @@ import msgspec
 
 from commands.asof import AsOf, Positioned, chat_position, now
 from commands.catalog import catalog_of, deployment_of, owners_of
+from commands.queries import chat_at
 from ledger.audit.redecide import differences
-from ledger.base import fast_project
 from ledger.catalog.state import DEPLOYMENT_ID
-from ledger.chat.aggregate import Chat
 from ledger.chat.decide import fence_of
 from ledger.chat.state import ChatState
 from ledger.chat.values import AttemptSettings, ToolResultPart
 from ledger.chat.views import to_jsonable
-from ledger.errors import LedgerError
 from ledger.policy.generation import MAX_STEPS, GenerationSettings, NextAction, next_action
 from ledger.policy.retry import retry_decision
 from ledger.policy.settings import SettingsReport, attempt_settings, generation_settings
@@ -95,24 +93,6 @@ def advisor_bodies(events: Any) -> dict[str, Any]:
                 if isinstance(p, ToolResultPart) and p.tool_name == ADVISOR:
                     bodies[p.tool_call_id] = to_jsonable(p.result)
     return bodies
-
-
-def chat_at(app: Any, chat_id: Any, version: int | None = None,
-            as_of: str | None = None) -> tuple[ChatState, list[Any]]:
-    """The chat as of ``version`` or the time ``as_of`` (default now) and its events up to it.
-    A version outside the stream is ``version_not_found``; a time before it ``stream_not_found``."""
-    if as_of is None and version is None:
-        events = app.stream(chat_id)
-    else:
-        from commands.queries import chat_events, cut_version
-
-        events = chat_events(app, chat_id)
-        version = cut_version(events, version, as_of)
-        events = events[:version]
-    chat = fast_project(None, events) if events else None
-    if not isinstance(chat, Chat):
-        raise LedgerError("chat_not_found", "chat not found")
-    return chat.state, events
 
 
 def decide_chat(app: Any, chat_id: Any, version: int | None = None, *, position: int | None = None,

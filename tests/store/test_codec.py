@@ -543,3 +543,32 @@ def test_wrong_scalar_type_is_not_silently_coerced(corrupt_env, version: int, pa
     raw.rewrite(chat_id, version, _set(path, value))
     message = _read_error(app, chat_id)
     assert f"$.{path[-1]}" in message
+
+
+# -- payloads written before the worker fields existed (hand-written in the old shape, never regenerated) --
+
+OLD_PAYLOADS = {
+    ev.StepCommitted: b'{"timestamp":"2026-01-05T10:00:00.000001+00:00","messages":[{"message_id":3,"role":"assistant",'
+                      b'"parts":[{"type":"text","text":"ok"}]}],"consumed_compaction_request":false}',
+    ev.GenerationAttemptRecorded: b'{"timestamp":"2026-01-05T10:00:00+00:00","generation_attempt":2}',
+    ev.RetryStateRecorded: b'{"timestamp":"2026-01-05T10:00:00+00:00","retry_state":{"attempt":2,"delay_ms":2000}}',
+    ev.TurnFinished: b'{"timestamp":"2026-01-05T10:00:00+00:00","messages":[]}',
+    ev.TurnFailed: b'{"timestamp":"2026-01-05T10:00:00+00:00","last_error":{"message":"boom"},"messages":[]}',
+    ev.InterruptionFinished: b'{"timestamp":"2026-01-05T10:00:00+00:00","messages":[],"unowned":true}',
+    ev.RequiresActionEntered: b'{"timestamp":"2026-01-05T10:00:00+00:00","deadline":"2026-01-05T10:05:00+00:00",'
+                              b'"tool_call_ids":["c1"]}',
+}
+
+
+def test_worker_events_recorded_before_the_new_fields_decode_with_none() -> None:
+    from eventsourcing.persistence import StoredEvent
+
+    mapper = MsgspecMapper()
+    for cls, data in OLD_PAYLOADS.items():
+        e = mapper.to_domain_event(StoredEvent(originator_id=uuid4(), originator_version=4, topic=cls.TOPIC, state=data))
+        assert type(e) is cls
+        assert (getattr(e, "runner_id"), getattr(e, "fence")) == (None, None), cls.__name__
+        if cls is ev.GenerationAttemptRecorded:
+            assert (e.generation_attempt, e.settings) == (2, None)
+        else:
+            assert e.generation_attempt is None, cls.__name__
