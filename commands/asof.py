@@ -11,6 +11,7 @@ catalog folds each catalog version once. The SQL is in ``ledger.positions`` (bot
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import OrderedDict
 from typing import Any
 from uuid import UUID
@@ -48,7 +49,7 @@ class AsOf:
     --decisions``); without it each position costs one indexed query. Both caches are bounded LRUs, so
     memory stays flat however many streams are read."""
 
-    def __init__(self, app: Any, *, index: bool = False, max_streams: int = 256, max_states: int = 1024) -> None:
+    def __init__(self, app: Any, *, index: bool = False, max_streams: int = 256, max_states: int = 256) -> None:
         self.app = app
         self.index = index
         self._nids: _LRU = _LRU(max_streams)
@@ -59,7 +60,7 @@ class AsOf:
         if not self.index:
             return positions.version_at(self.app.recorder, stream_id, position)
         rows = self._nids.get_or(stream_id, lambda: positions.positions(self.app.recorder, stream_id))
-        i = _bisect(rows, position)
+        i = bisect_right(rows, position, key=lambda row: row[1])  # rows with a notification id <= position
         return rows[i - 1][0] if i else 0
 
     def load(self, stream_id: UUID, position: int | None) -> Any:
@@ -74,18 +75,6 @@ class AsOf:
 
     def at(self, position: int | None) -> Positioned:
         return Positioned(self, position)
-
-
-def _bisect(rows: list[tuple[int, int]], position: int) -> int:
-    """How many of the (version, notification id) rows have a notification id <= ``position``."""
-    lo, hi = 0, len(rows)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if rows[mid][1] <= position:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 class Positioned:
