@@ -149,17 +149,13 @@ class Ledger:
 
     # -- history (by replay) ----------------------------------------------------------------------------------
 
-    def show(self, chat_id: Any, at: int | None = None) -> dict[str, Any]:
-        """One chat as it is (or was at stream version ``at``): the status fields, every message (deleted
-        ones too), the queue and the unresolved calls (CONTRACT §5 ``show``)."""
-        from ledger.chat.views import show
-
+    def show(self, chat_id: Any, at: int | None = None, as_of: str | None = None) -> dict[str, Any]:
+        """One chat as it is (or was at stream version ``at`` / time ``as_of``): the status fields, every
+        message (deleted ones too), the queue and the unresolved calls (CONTRACT §5 ``show``), with the
+        model and the executions as of the same log position."""
         cid = _uuid(chat_id, "chat id")
         assert cid is not None
-        if at is not None:
-            queries.cut_version(queries.chat_events(self.app, cid), at, None)
-        chat = queries.load_chat(self.app, cid, version=at)
-        return show(chat.state, self.app.stream(cid, lte=chat.version))
+        return queries.shown_chat(self.app, cid, at, as_of)
 
     def history(self, stream_id: Any, at: int | None = None, as_of: str | None = None) -> list[dict[str, Any]]:
         """A stream's audit timeline: each event with its time, type, summary and the state after it, up to
@@ -171,11 +167,14 @@ class Ledger:
         events = queries.stream_events(self.app, sid)
         return timeline(events, queries.cut_version(events, at, as_of))["events"]
 
-    def next_action(self, chat_id: Any, at: int | None = None) -> dict[str, Any]:
-        """What a worker should do next for the chat (or what it should have done at version ``at``), and why."""
+    def next_action(self, chat_id: Any, at: int | None = None, as_of: str | None = None,
+                    with_current_settings: bool = False) -> dict[str, Any]:
+        """What a worker should do next for the chat (or what it should have done at version ``at`` / time
+        ``as_of``, with the other streams as of then), and why."""
         from commands.next_action import next_action_report
 
-        return next_action_report(self.app, _uuid(chat_id, "chat id"), version=at)
+        return next_action_report(self.app, _uuid(chat_id, "chat id"), version=at, as_of=as_of,
+                                  with_current_settings=with_current_settings)
 
     # -- the log ------------------------------------------------------------------------------------------
 

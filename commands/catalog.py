@@ -20,6 +20,7 @@ from typing import Annotated, Any, Iterable
 from uuid import UUID, uuid4, uuid5
 
 import msgspec
+from eventsourcing.application import Application
 
 from commands.base import Command, check_repeat, emitter, handles
 from commands.uow import UnitOfWork, run
@@ -137,10 +138,11 @@ def deployment_of(agg: Any) -> DeploymentState | None:
 
 
 def _reader(source: Any) -> tuple[Any, Any]:
-    """(application, read) of a unit of work (its ``read``) or of an application (its aggregate cache)."""
-    if isinstance(source, UnitOfWork):
-        return source.app, source.read
-    return source, lambda aggregate_id: source.load_cached(aggregate_id, copy=False)
+    """(application, read) of an application (its aggregate cache), or of a reader of catalog-type aggregates
+    with ``app`` and ``read`` (a unit of work; the streams as of a log position, ``commands.asof.Positioned``)."""
+    if isinstance(source, Application):
+        return source, lambda aggregate_id: source.load_cached(aggregate_id, copy=False)
+    return source.app, source.read
 
 
 def find_catalog(source: Any, organization_id: UUID) -> CatalogState | None:

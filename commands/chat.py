@@ -17,6 +17,7 @@ import msgspec
 
 from commands.base import Command, check_repeat, emitter, handles
 from commands.catalog import load_model_facts
+from commands.next_action import attempt_settings_now
 from commands.uow import UnitOfWork, run
 from ledger.base import Emitter
 from ledger.catalog.resolve import ModelFacts, ModelFactsNeeded, unusable_error
@@ -25,7 +26,7 @@ from ledger.chat import decide as d
 from ledger.chat import events as ev
 from ledger.chat.aggregate import Chat
 from ledger.chat.state import ChatState
-from ledger.chat.values import ChatError, MessageInput, TextPart
+from ledger.chat.values import AttemptSettings, AttemptSettingsInput, ChatError, Fence, MessageInput, TextPart
 from ledger.errors import LedgerError, invalid_command
 from ledger.streams import refuse_reserved
 
@@ -151,35 +152,43 @@ class ClearContext(Command, tag="clear_context", kw_only=True):
     chat_id: UUID
 
 
-class EnterRequiresAction(Command, tag="enter_requires_action", kw_only=True):
+class _WorkerCommand(Command, kw_only=True):
+    """A worker command (CONTRACT §6): ``fence`` refuses it with ``fence_mismatch`` when the chat is not as
+    the worker expects (``ledger.chat.decide.check_fence``); without one it is not checked."""
+
     chat_id: UUID
+    fence: Fence | None = None
 
 
-class FinishTurn(Command, tag="finish_turn", kw_only=True):
-    chat_id: UUID
+class EnterRequiresAction(_WorkerCommand, tag="enter_requires_action", kw_only=True):
+    pass
+
+
+class FinishTurn(_WorkerCommand, tag="finish_turn", kw_only=True):
+    pass
 
 
 class Abandon(Command, tag="abandon", kw_only=True):
     chat_id: UUID
 
 
-class RecordGenerationAttempt(Command, tag="record_generation_attempt", kw_only=True):
-    chat_id: UUID
+class RecordGenerationAttempt(_WorkerCommand, tag="record_generation_attempt", kw_only=True):
+    """``settings``: what the runner runs this attempt with (recorded as given, ``source: runner``); left out,
+    the ledger resolves them from the catalog and the deployment now (``source: ledger``)."""
+
+    settings: AttemptSettingsInput | None = None
 
 
-class CommitStep(Command, tag="commit_step", kw_only=True):
-    chat_id: UUID
+class CommitStep(_WorkerCommand, tag="commit_step", kw_only=True):
     messages: list[MessageInput]
     consume_compaction_request: bool = False
 
 
-class FinishInterruption(Command, tag="finish_interruption", kw_only=True):
-    chat_id: UUID
+class FinishInterruption(_WorkerCommand, tag="finish_interruption", kw_only=True):
     partial_messages: list[MessageInput] = []
 
 
-class FinishError(Command, tag="finish_error", kw_only=True):
-    chat_id: UUID
+class FinishError(_WorkerCommand, tag="finish_error", kw_only=True):
     error: ChatError
 
 
@@ -188,8 +197,7 @@ class FailIdle(Command, tag="fail_idle", kw_only=True):
     error: str
 
 
-class RecordRetryState(Command, tag="record_retry_state", kw_only=True):
-    chat_id: UUID
+class RecordRetryState(_WorkerCommand, tag="record_retry_state", kw_only=True):
     retry_state: dict[str, Any]
 
 
@@ -223,6 +231,7 @@ def chat_result(state: ChatState, events: list[Any]) -> dict[str, Any]:
     queued: int | None = None
     promoted: int | None = None
     resolution: Any = None
+    attempt_settings: Any = None
     for e in events:
         if e.originator_id != state.chat_id:
             continue
@@ -236,6 +245,8 @@ def chat_result(state: ChatState, events: list[Any]) -> dict[str, Any]:
             promoted = e.queued_message_id
         if getattr(e, "model_resolution", None) is not None:
             resolution = e.model_resolution
+        if isinstance(e, ev.GenerationAttemptRecorded) and e.settings is not None:
+            attempt_settings = e.settings
     if queued is not None and queued == promoted:
         # Queued and promoted by this command (an interrupting send finishing an unowned interruption
         # with an empty queue): the prompt went into history, it is not queued (reference §3.1).
@@ -258,6 +269,8 @@ def chat_result(state: ChatState, events: list[Any]) -> dict[str, Any]:
         result["promoted_queued_message_id"] = promoted
     if resolution is not None:
         result["model_resolution"] = msgspec.to_builtins(resolution)
+    if attempt_settings is not None:
+        result["settings"] = msgspec.to_builtins(attempt_settings)
     if result_family is not None:
         result["family_chat_ids"] = result_family
     if state.editing_queued_message_id is not None:
@@ -432,9 +445,7 @@ def cancel_requires_action(app: Any, cmd: CancelRequiresAction) -> dict[str, Any
 _SIMPLE: dict[type, Callable[[ChatState, Emitter], list[Any]]] = {
     RequestCompaction: d.request_compaction,
     ClearContext: d.clear_context,
-    EnterRequiresAction: d.enter_requires_action,
     Abandon: d.abandon,
-    RecordGenerationAttempt: d.record_generation_attempt,
 }
 
 
@@ -443,9 +454,29 @@ def simple(app: Any, cmd: Any) -> dict[str, Any]:
     return on_chat(app, cmd, _SIMPLE[type(cmd)])
 
 
+@handles(EnterRequiresAction)
+def enter_requires_action(app: Any, cmd: EnterRequiresAction) -> dict[str, Any]:
+    return on_chat(app, cmd, lambda s, em: d.enter_requires_action(s, em, fence=cmd.fence))
+
+
+@handles(RecordGenerationAttempt)
+def record_generation_attempt(app: Any, cmd: RecordGenerationAttempt) -> dict[str, Any]:
+    given = None
+    if cmd.settings is not None:
+        given = AttemptSettings(source="runner", **msgspec.structs.asdict(cmd.settings))
+
+    def decide(state: ChatState, em: Emitter) -> list[Any]:
+        try:
+            return d.record_generation_attempt(state, em, settings=given, fence=cmd.fence)
+        except d.SettingsNeeded:
+            return d.record_generation_attempt(state, em, settings=attempt_settings_now(app, state), fence=cmd.fence)
+
+    return on_chat(app, cmd, decide)
+
+
 @handles(FinishTurn)
 def finish_turn(app: Any, cmd: FinishTurn) -> dict[str, Any]:
-    return on_chat(app, cmd, d.finish_turn, models=True)
+    return on_chat(app, cmd, lambda s, em, m: d.finish_turn(s, em, m, fence=cmd.fence), models=True)
 
 
 @handles(CommitStep)
@@ -462,7 +493,8 @@ def commit_step(app: Any, cmd: CommitStep) -> dict[str, Any]:
             for mid in named:
                 if not _of_organization(facts, mid):
                     raise unusable_error("foreign_org")
-        return d.commit_step(s, em, messages=cmd.messages, consume_compaction_request=cmd.consume_compaction_request)
+        return d.commit_step(s, em, messages=cmd.messages, consume_compaction_request=cmd.consume_compaction_request,
+                             fence=cmd.fence)
 
     return on_chat(app, cmd, decide, models=True, explicit=named[0] if named else None,
                    more=named[1:])
@@ -478,12 +510,12 @@ def _of_organization(facts: ModelFacts, model_config_id: UUID) -> bool:
 @handles(FinishInterruption)
 def finish_interruption(app: Any, cmd: FinishInterruption) -> dict[str, Any]:
     return on_chat(app, cmd, lambda s, em, m: d.finish_interruption(
-        s, em, partial_messages=cmd.partial_messages, models=m), models=True)
+        s, em, partial_messages=cmd.partial_messages, models=m, fence=cmd.fence), models=True)
 
 
 @handles(FinishError)
 def finish_error(app: Any, cmd: FinishError) -> dict[str, Any]:
-    return on_chat(app, cmd, lambda s, em: d.finish_error(s, em, error=cmd.error))
+    return on_chat(app, cmd, lambda s, em: d.finish_error(s, em, error=cmd.error, fence=cmd.fence))
 
 
 @handles(FailIdle)
@@ -493,7 +525,7 @@ def fail_idle(app: Any, cmd: FailIdle) -> dict[str, Any]:
 
 @handles(RecordRetryState)
 def record_retry_state(app: Any, cmd: RecordRetryState) -> dict[str, Any]:
-    return on_chat(app, cmd, lambda s, em: d.record_retry_state(s, em, retry_state=cmd.retry_state))
+    return on_chat(app, cmd, lambda s, em: d.record_retry_state(s, em, retry_state=cmd.retry_state, fence=cmd.fence))
 
 
 @handles(Acquire)

@@ -333,10 +333,13 @@ def _fold(app: Any, notes: Iterable[Any], st: _Stream, report: Any, until: Any =
 
 def _deployment_at(app: Any, position: int) -> Any:
     """The deployment settings folded up to notification ``position`` (None: no deployment stream yet)."""
+    from ledger.catalog.aggregate import Deployment
     from ledger.catalog.state import DEPLOYMENT_ID, DeploymentState
+    from ledger.streams import locate
 
     st = _Stream()
-    _fold(app, stream_order(app, position, DEPLOYMENT_ID), st, lambda *a: None)
+    stream_id, _ = locate(app, Deployment, DEPLOYMENT_ID, app.load)  # maybe not at its natural id
+    _fold(app, stream_order(app, position, stream_id), st, lambda *a: None)
     return st.state if isinstance(st.state, DeploymentState) else None
 
 
@@ -353,9 +356,11 @@ def _streams(notes: Iterator[Any]) -> Iterator[tuple[UUID, list[Any]]]:
         yield _uuid(current[0].originator_id), current
 
 
-def verify(app: Any, backend: Any = None, projections: list[Any] | None = None) -> dict[str, Any]:
+def verify(app: Any, backend: Any = None, projections: list[Any] | None = None,
+           decisions: bool = False) -> dict[str, Any]:
     """Decode, replay and check every stored event, stream by stream; compare the known projections with
-    the fold of the streams at the projections' positions, and report a view that stopped at an event."""
+    the fold of the streams at the projections' positions, and report a view that stopped at an event; with
+    ``decisions``, re-decide every recorded decision (``commands.redecide``)."""
     anomalies: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
     count = nstreams = 0
@@ -409,8 +414,15 @@ def verify(app: Any, backend: Any = None, projections: list[Any] | None = None) 
                     v.storable(str(sid), v.rows_of(sid, st, end_deployment), st.version)
         for v in views:
             v.finish()
+    report: dict[str, Any] = {}
+    if decisions:
+        from commands.redecide import check_decisions
+
+        tally = check_decisions(app, head)
+        anomalies.extend(tally.anomalies)
+        report["decisions"] = tally.report()
     return {"ok": not anomalies, "events": count, "streams": nstreams, "head": head,
-            "anomalies": anomalies, "projections": checks}
+            "anomalies": anomalies, "projections": checks, **report}
 
 
 # -- stats --------------------------------------------------------------------------------------------------

@@ -8,8 +8,10 @@ from uuid import UUID
 import msgspec
 
 from ledger.audit.timeline import iso, parse_time, version_as_of
+from ledger.base import fast_project
 from ledger.chat import events as ev
 from ledger.chat.aggregate import Chat
+from ledger.chat.state import ChatState
 from ledger.errors import LedgerError
 
 
@@ -63,32 +65,90 @@ def cut_version(events: list[Any], at_version: int | None, as_of: str | None) ->
     return at_version
 
 
-def chat_version_as_of(app: Any, chat_id: UUID, at_version: int | None, as_of: str) -> int:
-    """The chat's stream version at TIME (``show CHAT --as-of TIME``)."""
-    version = cut_version(chat_events(app, chat_id), at_version, as_of)
-    assert version is not None
-    return version
+def chat_at(app: Any, chat_id: Any, version: int | None = None,
+            as_of: str | None = None) -> tuple[ChatState, list[Any]]:
+    """The chat as of ``version`` or the time ``as_of`` (default now) and its events up to it.
+    A version outside the stream is ``version_not_found``; a time before it ``stream_not_found``."""
+    if as_of is None and version is None:
+        events = app.stream(chat_id)
+    else:
+        events = chat_events(app, chat_id)
+        version = cut_version(events, version, as_of)
+        events = events[:version]
+    chat = fast_project(None, events) if events else None
+    if not isinstance(chat, Chat):
+        raise LedgerError("chat_not_found", "chat not found")
+    return chat.state, events
 
 
-def resolve_chat_model(app: Any, chat_id: UUID, context: str, user_id: UUID | None = None) -> dict[str, Any]:
-    """The model a chat's generation would run on now for ``context``, and why. Records nothing."""
+def resolve_chat_model(app: Any, chat_id: UUID, context: str, user_id: UUID | None = None, *,
+                       version: int | None = None, as_of: str | None = None,
+                       with_current_settings: bool = False) -> dict[str, Any]:
+    """The model a chat's generation would run on for ``context``, and why: now, or (``version`` /
+    ``as_of``) for the chat as it was then with the catalog and the deployment as of the same log position.
+    ``with_current_settings`` adds what today's catalog gives for that chat state, and the differences.
+    Records nothing."""
+    from commands.asof import AsOf, chat_position
+    from ledger.audit.redecide import differences
+
+    state, _ = chat_at(app, chat_id, version, as_of)
+    reader = AsOf(app)
+    past = version is not None or as_of is not None
+    position = chat_position(app, chat_id, state.version) if past else None
+    row = {"chat_id": str(state.chat_id), **_resolve(reader.at(position), state, context, user_id),
+           "facts_as_of": {"chat_version": state.version, "notification_id": position}}
+    if with_current_settings:
+        now = _resolve(reader.at(None), state, context, user_id)
+        row["current_settings"] = now
+        row["differences"] = differences({k: row.get(k) for k in now}, now, ("as_of", "current"))
+    return row
+
+
+def shown_chat(app: Any, chat_id: UUID, version: int | None = None, as_of: str | None = None) -> dict[str, Any]:
+    """``show``'s answer: the chat (as of ``version``/``as_of``) with the facts of other streams as of the same
+    log position — the model its generation resolves to (``model``) and each unresolved call's execution
+    (``execution``: status and claim epoch, or unclaimed)."""
+    from commands.asof import AsOf, chat_position
+    from ledger.chat.views import show
+    from ledger.toolcalls.aggregate import ToolCallExecution
+
+    state, events = chat_at(app, chat_id, version, as_of)
+    past = version is not None or as_of is not None
+    position = chat_position(app, chat_id, state.version) if past else None
+    facts = AsOf(app).at(position)
+    data = show(state, events)
+    data["facts_as_of"] = {"chat_version": state.version, "notification_id": position}
+    data["model"] = _resolve(facts, state, "root", None, soft=True)
+    for row in data["unresolved"]:
+        agg = facts.load(UUID(row["execution_id"])) if row.get("execution_id") else None
+        row["execution"] = ({"status": agg.state.status, "claim_epoch": agg.state.claim_epoch}
+                            if isinstance(agg, ToolCallExecution) else
+                            {"status": "unclaimed", "claim_epoch": 0} if row.get("execution_id") else None)
+    return data
+
+
+def _resolve(facts: Any, chat: Any, context: str, user_id: UUID | None, soft: bool = False) -> dict[str, Any]:
     from commands.catalog import find_catalog, find_deployment, owners_of
-    from commands.uow import UnitOfWork
     from ledger.catalog.resolve import ChatModelFacts, resolve_model
 
-    chat = load_chat(app, chat_id).state
-    uow = UnitOfWork(app)
-    catalog = find_catalog(uow, chat.organization_id)
+    catalog = find_catalog(facts, chat.organization_id)
     ids = [chat.model_config_id]
     if catalog is not None:
         ids += [o.model_config_id for o in catalog.admin_overrides.values()]
-    resolved = resolve_model(
-        context,  # type: ignore[arg-type]
-        ChatModelFacts(organization_id=chat.organization_id, owner_id=chat.owner_id,
-                       model_config_id=chat.model_config_id),
-        catalog, find_deployment(uow), user_id, owners_of(uow, catalog, ids))
-    row = {"chat_id": str(chat.chat_id), **msgspec.to_builtins(resolved)}
+    try:
+        resolved = resolve_model(
+            context,  # type: ignore[arg-type]
+            ChatModelFacts(organization_id=chat.organization_id, owner_id=chat.owner_id,
+                           model_config_id=chat.model_config_id),
+            catalog, find_deployment(facts), user_id, owners_of(facts, catalog, ids))
+    except LedgerError as e:
+        if facts.position is None and not soft:
+            raise
+        return {"context": context, "error": {"code": e.code, "message": e.message}}  # (a past state may resolve nothing)
+    row = msgspec.to_builtins(resolved)
     row.setdefault("reason", None)
     row.setdefault("requested_model_config_id", None)
     row.setdefault("reasoning_effort", None)
+    config = catalog.configs.get(resolved.model_config_id) if catalog is not None else None
+    row["provider"], row["model"] = (config.provider, config.model) if config is not None else (None, None)
     return row

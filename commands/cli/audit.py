@@ -8,10 +8,8 @@ from typing import Any
 
 import click
 
-from commands.cli.context import Ctx, emit_json, parse_uuid, pass_ctx
-from commands.queries import chat_events, cut_version, stream_events
-from commands.toolcalls import execution_events
-from ledger.audit.explain import explain_queued, explain_tool_call, explain_turn
+from commands.cli.context import Ctx, as_of_options, check_as_of, emit_json, parse_uuid, pass_ctx, print_differences
+from commands.queries import cut_version, stream_events
 from ledger.audit.timeline import timeline
 
 
@@ -34,9 +32,11 @@ def audit(c: Ctx, stream_id: str, at_version: int | None, as_of: str | None, as_
     upto = cut_version(events, at_version, as_of)
     data = timeline(events, upto)
     if html_file:
+        from commands.explain import step_settings
         from ledger.audit.html import render
 
-        page = render(data, [e for e in events if upto is None or e.originator_version <= upto])
+        shown = [e for e in events if upto is None or e.originator_version <= upto]
+        page = render(data, shown, step_settings(c.app, sid, shown) if data["aggregate"] == "chat" else None)
         Path(html_file).write_text(page, encoding="utf-8")
         click.echo(f"wrote {html_file} ({data['aggregate']} {data['stream_id']}, {len(data['events'])} events)")
         return
@@ -68,24 +68,25 @@ def _state_line(kind: str, s: dict[str, Any]) -> str:
 @click.option("--queued-message", "queued_message", type=int, default=None, metavar="ID",
               help="A queued prompt's queued_message_id.")
 @click.option("--turn", "turn", default=None, metavar="TURN_ID", help="A turn id.")
+@as_of_options("Explain from the chat as it was at this stream version, with the other streams as they were then.")
 @click.option("--json", "as_json", is_flag=True, help="Print the explanation as one JSON object.")
 @pass_ctx
 def explain(c: Ctx, chat_id: str, tool_call: str | None, queued_message: int | None, turn: str | None,
-            as_json: bool) -> None:
+            version: int | None, as_of: str | None, with_current_settings: bool, as_json: bool) -> None:
     """Explain a tool call, a queued prompt or a turn of a chat from its recorded facts."""
+    from commands.explain import explain as explain_chat
+
     chosen = [x for x in (tool_call, queued_message, turn) if x is not None]
     if len(chosen) != 1:
         raise click.UsageError("give exactly one of --tool-call, --queued-message, --turn")
-    cid = parse_uuid(chat_id)
-    events = chat_events(c.app, cid)
-    if tool_call is not None:
-        data = explain_tool_call(events, tool_call, lambda eid: execution_events(c.app, eid))
-    elif queued_message is not None:
-        data = explain_queued(events, queued_message)
-    else:
-        data = explain_turn(events, turn)  # type: ignore[arg-type]
+    check_as_of(version, as_of, with_current_settings)
+    data = explain_chat(c.app, parse_uuid(chat_id), tool_call=tool_call, queued_message=queued_message, turn=turn,
+                        version=version, as_of=as_of, with_current_settings=with_current_settings)
     if as_json:
         emit_json(data)
         return
     for line in data["explanation"]:
         click.echo(line)
+    if with_current_settings and "differences" in data:
+        click.echo("with today's settings:")
+        print_differences(data["differences"], "then", "today")

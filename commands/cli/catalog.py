@@ -8,7 +8,10 @@ from typing import Any
 import click
 
 from commands import views
-from commands.cli.context import Ctx, actor_opt, caught_up, emit_json, json_flag, key_opt, parse_uuid, pass_ctx, print_table
+from commands.cli.context import (
+    Ctx, actor_opt, as_of_options, caught_up, check_as_of, emit_json, json_flag, key_opt, parse_uuid, pass_ctx,
+    print_differences, print_table,
+)
 from commands.handler import command_from_dict, execute
 from commands.queries import resolve_chat_model
 from ledger.catalog.values import ADMIN_CONTEXTS, CONTEXTS, EFFORT_SCALE, USER_CONTEXTS
@@ -55,15 +58,34 @@ def models(c: Ctx, org: str, user: str | None, as_json: bool) -> None:
 @click.option("--context", type=click.Choice(list(CONTEXTS)), default="root", show_default=True,
               help="What the model is for: the chat's turns (root), a subagent, title, compaction, advisor.")
 @click.option("--user", default=None, help="Whose personal overrides apply (default: the chat's owner).")
+@as_of_options("Resolve for the chat as it was at this stream version, with the catalog and the deployment as "
+               "they were then.")
 @json_flag
 @pass_ctx
-def resolve_model_cmd(c: Ctx, chat_id: str, context: str, user: str | None, as_json: bool) -> None:
-    """The model a chat's generation would run on now, and why. Records nothing."""
-    row = resolve_chat_model(c.app, parse_uuid(chat_id), context, parse_uuid(user, "user id") if user else None)
+def resolve_model_cmd(c: Ctx, chat_id: str, context: str, user: str | None, version: int | None,
+                      as_of: str | None, with_current_settings: bool, as_json: bool) -> None:
+    """The model a chat's generation would run on (now, or as of --at/--as-of), and why. Records nothing."""
+    check_as_of(version, as_of, with_current_settings)
+    row = resolve_chat_model(c.app, parse_uuid(chat_id), context, parse_uuid(user, "user id") if user else None,
+                             version=version, as_of=as_of, with_current_settings=with_current_settings)
     if as_json:
         emit_json(row)
         return
-    line = f"{row['context']}: {row['model_config_id']}  source={row['source']}"
+    _print_resolved(row)
+    at = row["facts_as_of"]
+    if at["notification_id"] is not None:
+        click.echo(f"  as of version {at['chat_version']} (log position {at['notification_id']})")
+    if with_current_settings:
+        click.echo("with today's catalog:")
+        _print_resolved(row["current_settings"])
+        print_differences(row["differences"], "then", "today")
+
+
+def _print_resolved(row: dict[str, Any]) -> None:
+    if "error" in row:
+        click.echo(f"{row['context']}: no model resolves ({row['error']['code']}: {row['error']['message']})")
+        return
+    line = f"{row['context']}: {row['model_config_id']} ({row['provider']}/{row['model']})  source={row['source']}"
     if row["reason"]:
         line += f"  reason={row['reason']} (instead of {row['requested_model_config_id']})"
     line += f"  context_limit={row['context_limit']}  reasoning_effort={row['reasoning_effort'] or '-'}"

@@ -10,8 +10,7 @@ import click
 
 from commands.cli.context import Ctx, actor_opt, emit_json, json_flag, key_opt, parse_uuid, pass_ctx
 from commands.handler import apply_lines, command_from_dict, execute
-from commands.queries import chat_version_as_of, load_chat
-from ledger.chat.views import show as show_chat
+from commands.queries import shown_chat
 from ledger.store import redact
 
 
@@ -153,15 +152,39 @@ _chat_command("delete-queued", "delete_queued_message", "Delete a queued prompt.
               click.option("--queued-id", "queued_message_id", type=int, required=True))
 _chat_command("compact", "request_compaction", "Request a manual compaction.")
 _chat_command("clear", "clear_context", "Clear the context (boundary messages).")
-_chat_command("finish-turn", "finish_turn", "Finish the running turn (worker).")
-_chat_command("finish-interruption", "finish_interruption", "Finish an interruption (worker).")
+#: a worker command's fence (CONTRACT §6): each option given is checked against the chat
+_FENCE = (click.option("--fence-runner", default=None, metavar="RUNNER", help="Fence: the runner that owns the chat."),
+          click.option("--fence-history", type=click.IntRange(min=0), default=None, metavar="N",
+                       help="Fence: the chat's history version."),
+          click.option("--fence-attempt", type=click.IntRange(min=0), default=None, metavar="N",
+                       help="Fence: the chat's generation attempt."))
+
+
+def _fenced(build: Callable[..., dict[str, Any]] | None = None) -> Callable[..., dict[str, Any]]:
+    """A builder adding ``fence`` from the ``--fence-*`` options (none given: no fence)."""
+
+    def fields(fence_runner: str | None = None, fence_history: int | None = None, fence_attempt: int | None = None,
+               **kw: Any) -> dict[str, Any]:
+        out = build(**kw) if build else kw
+        fence = {k: v for k, v in (("runner_id", fence_runner), ("history_version", fence_history),
+                                   ("generation_attempt", fence_attempt)) if v is not None}
+        return {**out, "fence": fence} if fence else out
+
+    return fields
+
+
+_chat_command("finish-turn", "finish_turn", "Finish the running turn (worker).", *_FENCE, build=_fenced())
+_chat_command("finish-interruption", "finish_interruption", "Finish an interruption (worker).", *_FENCE,
+              build=_fenced())
 _chat_command("finish-error", "finish_error", "Put a running chat in error (worker).",
-              click.option("--message", "error_message", required=True),
-              build=lambda error_message: {"error": {"message": error_message}})
+              click.option("--message", "error_message", required=True), *_FENCE,
+              build=_fenced(lambda error_message: {"error": {"message": error_message}}))
 _chat_command("fail-idle", "fail_idle", "Put a waiting chat in error.", click.option("--error", required=True))
-_chat_command("enter-requires-action", "enter_requires_action", "Wait for client tool results (worker).")
+_chat_command("enter-requires-action", "enter_requires_action", "Wait for client tool results (worker).", *_FENCE,
+              build=_fenced())
 _chat_command("cancel-requires-action", "cancel_requires_action", "Cancel pending dynamic tool calls.", _reason)
-_chat_command("record-attempt", "record_generation_attempt", "Record a generation attempt (worker).")
+_chat_command("record-attempt", "record_generation_attempt", "Record a generation attempt (worker).", *_FENCE,
+              build=_fenced())
 _chat_command("acquire", "acquire", "Take runner ownership.", click.option("--worker", "worker_id", required=True),
               click.option("--runner", "runner_id", required=True))
 _chat_command("abandon", "abandon", "Release runner ownership.")
@@ -170,8 +193,8 @@ _chat_command("archive", "set_archived", "Archive a root chat and its family.", 
 _chat_command("unarchive", "set_archived", "Unarchive a root chat and its family.", build=lambda: {"archived": False})
 _chat_command("end", "end_chat", "End the chat (and its descendants).")
 _chat_command("reply", "commit_step", "Commit an assistant text step (worker).",
-              click.option("--text", required=True),
-              build=lambda text: {"messages": [{"role": "assistant", "parts": [{"type": "text", "text": text}]}]})
+              click.option("--text", required=True), *_FENCE,
+              build=_fenced(lambda text: {"messages": [{"role": "assistant", "parts": [{"type": "text", "text": text}]}]}))
 _chat_command("submit-results", "complete_requires_action", "Submit client tool results.",
               click.option("--result", "results", multiple=True, required=True, metavar="TOOL_CALL_ID=JSON"),
               click.option("--suffix", multiple=True, help="Hook suffix text (model-only user message; repeat)."),
@@ -192,11 +215,7 @@ def show(c: Ctx, chat_id: str, at_version: int | None, as_json: bool, as_of: str
     """Full state of one chat: messages (deleted ones included), queue, policy, unresolved tool calls."""
     if at_version is not None and as_of is not None:
         raise click.UsageError("use --at or --as-of, not both")
-    cid = parse_uuid(chat_id)
-    if as_of is not None:
-        at_version = chat_version_as_of(c.app, cid, at_version, as_of)
-    chat_agg = load_chat(c.app, cid, version=at_version)
-    data = show_chat(chat_agg.state, c.app.stream(cid, lte=chat_agg.version))
+    data = shown_chat(c.app, parse_uuid(chat_id), at_version, as_of)
     if as_json:
         emit_json(data)
         return
@@ -206,6 +225,11 @@ def show(c: Ctx, chat_id: str, at_version: int | None, as_json: bool, as_of: str
                f"version {ch['version']}  turn {ch['turn_id']}")
     click.echo(f"  organization {ch['organization_id']}  owner {ch['owner_id']}  model {ch['model_config_id']}")
     click.echo(f"  tool policy {ch['hook_allowed_tools']}  last error {ch['last_error']}")
+    m, at = data["model"], data["facts_as_of"]
+    when = "now" if at["notification_id"] is None else f"as of log position {at['notification_id']}"
+    click.echo(f"  generation model ({when}): " + (f"{m['error']['code']}: {m['error']['message']}" if "error" in m else
+               f"{m['model_config_id']} {m['provider']}/{m['model']} ({m['source']}"
+               + (f", {m['reason']}" if m["reason"] else "") + f"), context limit {m['context_limit']}"))
     click.echo("messages:")
     for m in data["messages"]:
         flags = "".join(f for f, on in (("D", m["deleted"]), ("C", m["compressed"])) if on)
@@ -216,7 +240,9 @@ def show(c: Ctx, chat_id: str, at_version: int | None, as_json: bool, as_of: str
     if data["unresolved"]:
         click.echo("unresolved tool calls:")
         for u in data["unresolved"]:
-            click.echo(f"  {u['tool_call_id']} {u['tool_name']} ({u['kind']})")
+            ex = u.get("execution")
+            click.echo(f"  {u['tool_call_id']} {u['tool_name']} ({u['kind']})"
+                       + (f" [{ex['status']}, claim epoch {ex['claim_epoch']}]" if ex else ""))
 
 
 def _summary(parts: list[dict[str, Any]]) -> str:

@@ -116,6 +116,38 @@ key_opt = click.option("--idempotency-key", default=None, help="Repeat-safe key 
 actor_opt = click.option("--actor", default=None, help="Who asks (a UUID); recorded.")
 
 
+def as_of_options(at_help: str) -> Callable[[Any], Any]:
+    """``--at VERSION``, ``--as-of TIME`` and ``--with-current-settings`` (a reading command that answers as
+    of a past chat version, with every other stream folded to the same log position)."""
+
+    def decorate(f: Any) -> Any:
+        f = click.option("--with-current-settings", is_flag=True,
+                         help="Also show what today's catalog and deployment would give (with --at or --as-of), "
+                              "and the differences.")(f)
+        f = click.option("--as-of", "as_of", default=None, metavar="TIME",
+                         help="As --at, for the chat's last event recorded at or before TIME (ISO 8601).")(f)
+        return click.option("--at", "version", type=click.IntRange(min=1), default=None, metavar="VERSION",
+                            help=at_help)(f)
+
+    return decorate
+
+
+def check_as_of(version: int | None, as_of: str | None, with_current_settings: bool = False) -> None:
+    if version is not None and as_of is not None:
+        raise click.UsageError("use --at or --as-of, not both")
+    if with_current_settings and version is None and as_of is None:
+        raise click.UsageError("--with-current-settings compares a past version with today: give --at or --as-of")
+
+
+def print_differences(diffs: list[dict[str, Any]], then: str = "then", today: str = "today") -> None:
+    """The differences of a counterfactual (``ledger.audit.redecide.differences`` with labels as_of/current)."""
+    if not diffs:
+        click.echo("  no differences")
+        return
+    for d in diffs:
+        click.echo(f"  {d['field']}: {then} {json.dumps(d['as_of'])}, {today} {json.dumps(d['current'])}")
+
+
 def parse_uuid(value: str, what: str = "chat id") -> UUID:
     try:
         return UUID(value)

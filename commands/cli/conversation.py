@@ -12,6 +12,7 @@ from commands import views
 from commands.cli.context import Ctx, caught_up, emit_json, parse_uuid, pass_ctx, print_rows
 from commands.conversation import show_conversation
 from commands.handler import command_from_dict, execute
+from commands.queries import cut_version, stream_events
 
 VIEW_COLUMNS = ("conversation_id", "status", "restartable", "box_count", "current_job", "pending_steer",
                 "last_sequence", "version")
@@ -152,11 +153,18 @@ def status(c: Ctx, conversation_id: str | None, status_filter: str | None, as_js
 @conversation.command("show")
 @click.argument("conversation_id")
 @click.option("--at", "at_version", type=int, default=None, help="As it was at this stream version.")
+@click.option("--as-of", "as_of", default=None, metavar="TIME",
+              help="As it was at its last event recorded at or before TIME (ISO 8601).")
 @_json
 @pass_ctx
-def show(c: Ctx, conversation_id: str, at_version: int | None, as_json: bool) -> None:
+def show(c: Ctx, conversation_id: str, at_version: int | None, as_json: bool, as_of: str | None = None) -> None:
     """One conversation: its row, every box as the codec projects it, queued arrivals, the pending steer."""
-    data = show_conversation(c.app, parse_uuid(conversation_id, "conversation id"), at_version)
+    if at_version is not None and as_of is not None:
+        raise click.UsageError("use --at or --as-of, not both")
+    cid = parse_uuid(conversation_id, "conversation id")
+    if as_of is not None:
+        at_version = cut_version(stream_events(c.app, cid), None, as_of)
+    data = show_conversation(c.app, cid, at_version)
     if as_json:
         emit_json(data)
         return

@@ -20,11 +20,13 @@ def events() -> None:
 @events.command("verify")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @click.option("--no-projections", is_flag=True, help="Only decode and replay the streams.")
+@click.option("--decisions", is_flag=True,
+              help="Also re-decide every recorded decision with the facts as of its position.")
 @pass_ctx
-def events_verify(c: Ctx, as_json: bool, no_projections: bool) -> None:
+def events_verify(c: Ctx, as_json: bool, no_projections: bool, decisions: bool) -> None:
     """Decode and replay every stored event, check invariants and projections; exit 1 on any anomaly."""
     backend = None if no_projections else c.backend
-    report = verify(c.app, backend, None if no_projections else views.all_projections(c.app))
+    report = verify(c.app, backend, None if no_projections else views.all_projections(c.app), decisions=decisions)
     if as_json:
         emit_json(report)
     else:
@@ -37,6 +39,10 @@ def events_verify(c: Ctx, as_json: bool, no_projections: bool) -> None:
             click.echo(f"  projection {p['projection']}: {p['result']}"
                        + (f", position {p['position']}, lag {p['lag']}, {p['rows_compared']} rows compared"
                           if p["position"] is not None else ""))
+        if "decisions" in report:
+            d = report["decisions"]
+            click.echo(f"  decisions re-decided: " + (", ".join(f"{n} {k}" for k, n in d["checked"].items()) or "none")
+                       + f"; {d['disagreements']} disagreements")
         click.echo("OK" if report["ok"] else f"FAILED: {len(report['anomalies'])} anomalies")
     sys.exit(0 if report["ok"] else 1)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from commands.cli.context import emit_json, parse_uuid, pass_ctx
+from commands.cli.context import as_of_options, check_as_of, emit_json, parse_uuid, pass_ctx, print_differences
 from commands.next_action import next_action_report
 
 
@@ -19,21 +19,27 @@ from commands.next_action import next_action_report
 @click.option("--context-limit", type=click.IntRange(min=0), default=None, help="The model's context limit (tokens).")
 @click.option("--max-steps", type=click.IntRange(min=0), default=None, help="Steps per turn (0 = unlimited).")
 @click.option("--stop-after", multiple=True, metavar="TOOL", help="A stop-after tool name (repeat).")
-@click.option("--at", "version", type=click.IntRange(min=1), default=None, metavar="VERSION",
-              help="Decide on the chat as it was at this stream version.")
+@as_of_options("Decide on the chat as it was at this stream version, with the catalog, the deployment and "
+               "the tool-call executions as they were then.")
 @click.option("--json", "as_json", is_flag=True, help="Print the decision as JSON.")
 @pass_ctx
 def next_action_cmd(c: Any, chat_id: str, retry_after: float | None, threshold: int | None,
                     context_limit: int | None, max_steps: int | None, stop_after: tuple[str, ...],
-                    version: int | None, as_json: bool) -> None:
+                    version: int | None, as_of: str | None, with_current_settings: bool, as_json: bool) -> None:
     """What the worker does next for a chat: action, finish reason, calls, tool policy, advisor, retry."""
-    report = next_action_report(c.app, parse_uuid(chat_id), retry_after=retry_after, version=version,
-                                threshold=threshold,
+    check_as_of(version, as_of, with_current_settings)
+    report = next_action_report(c.app, parse_uuid(chat_id), retry_after=retry_after, version=version, as_of=as_of,
+                                with_current_settings=with_current_settings, threshold=threshold,
                                 context_limit=context_limit, max_steps=max_steps, stop_after=stop_after)
     if as_json:
         emit_json(report)
         return
     _print_report(report)
+    if with_current_settings:
+        cur = report["current_settings"]
+        click.echo(f"with today's settings: {cur['action']}"
+                   + (f" ({cur['finish_reason']})" if cur["finish_reason"] else ""))
+        print_differences(report["differences"], "then", "today")
 
 
 def _print_report(r: dict[str, Any]) -> None:
@@ -75,3 +81,8 @@ def _print_report(r: dict[str, Any]) -> None:
     model = f"; model {m['model_config_id']} ({m['source']}{', ' + m['reason'] if m['reason'] else ''})" if m else ""
     note = f" ({r['settings_note']})" if r["settings_note"] else ""
     click.echo(f"settings: {r['settings_source']}{note}{model}")
+    at = r["facts_as_of"]
+    click.echo("facts: as of now" if at["notification_id"] is None else
+               f"facts: as of version {at['chat_version']} (log position {at['notification_id']})")
+    f = r["fence"]
+    click.echo("fence: " + ", ".join(f"{k} {v}" for k, v in f.items()))

@@ -98,18 +98,23 @@ def check_chats(app: Any, chat_ids: Iterable[Any], url: str | None = None) -> li
 
 def check_decisions(app: Any, decisions: list[dict[str, Any]], sample: int | None = None,
                     seed: int = 0) -> list[str]:
-    """``next-action`` on the chat as it was at each (sampled) decision point agrees with what the simulator
-    did next: the same action, finish reason, calls and pending dynamic calls, and the first command the
-    worker ran is the one that action calls for."""
+    """Each (sampled) decision of the simulator made again — ``next-action`` on the chat as it was at the
+    decision's version, with the catalog and the deployment as of the log position the simulator decided
+    at — agrees with what the simulator did: the same action, finish reason, calls, pending dynamic calls
+    and settings (model, thresholds, limits, advisor), and the first command the worker ran is the one that
+    action calls for."""
     chosen = decisions if sample is None or sample >= len(decisions) else random.Random(seed).sample(decisions, sample)
     problems: list[str] = []
     for d in chosen:
-        _, na, _ = decide_chat(app, UUID(d["chat_id"]), version=d["version"])
+        _, na, info = decide_chat(app, UUID(d["chat_id"]), version=d["version"], position=d.get("position"))
         got = (na.action, na.finish_reason, na.forced, [x.tool_call_id for x in na.calls],
                [x.tool_call_id for x in na.pending_dynamic], bool(na.policy_results))
         want = (d["action"], d["finish_reason"], d["forced"], d["calls"], d["pending_dynamic"], d["policy_rejected"])
         if got != want:
             problems.append(f"{d['chat_id']}@{d['version']}: next-action says {got}, the simulator did {want}")
+        if "settings" in d and info["settings"] != d["settings"]:
+            problems.append(f"{d['chat_id']}@{d['version']}: settings re-decided {info['settings']}, "
+                            f"the simulator ran with {d['settings']}")
         if not d["did"] or d["did"][0] not in FIRST_COMMAND[d["action"]]:
             problems.append(f"{d['chat_id']}@{d['version']}: {d['action']} followed by {d['did'][:1]}")
     return problems

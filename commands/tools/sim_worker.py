@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
+
 from commands.tools.sim_base import LOCAL_TOOLS, SimChat
+from ledger.chat.decide import fence_of
 from ledger.chat.state import ChatState, active
 from ledger.policy.generation import NextAction, unresolved_calls
 from ledger.policy.retry import retry_decision
@@ -18,56 +21,73 @@ class WorkerRole:
     # -- the worker ----------------------------------------------------------------------------------
 
     def worker_step(self, c: SimChat, state: ChatState, na: NextAction, info: dict[str, Any]) -> None:
-        """Do what the decision procedure says for the chat as it is at ``state.version``."""
+        """Do what the decision procedure says for the chat as it is at ``state.version``. Every worker
+        command carries the fence of the chat as decided on (``fence_of``, what ``next-action`` reports),
+        with the runner that owns it."""
+        fence = msgspec.to_builtins(fence_of(state))
         if c.owned and state.worker_id is None:  # acquiring changes nothing the decision reads
-            self.cmd("acquire", chat_id=c.chat_id, worker_id=self.uid("worker", c.chat_id),
-                     runner_id=self.uid("runner", c.chat_id))
-        record = {"chat_id": c.chat_id, "version": state.version, "action": na.action,
+            runner = self.uid("runner", c.chat_id)
+            self.cmd("acquire", chat_id=c.chat_id, worker_id=self.uid("worker", c.chat_id), runner_id=runner)
+            fence["runner_id"] = runner
+        record = {"chat_id": c.chat_id, "version": state.version, "position": self.app.head(), "action": na.action,
                   "finish_reason": na.finish_reason, "forced": na.forced,
                   "calls": [x.tool_call_id for x in na.calls],
                   "pending_dynamic": [x.tool_call_id for x in na.pending_dynamic],
-                  "policy_rejected": bool(na.policy_results), "did": []}
+                  "policy_rejected": bool(na.policy_results), "settings": info["settings"], "did": []}
         self.decisions.append(record)
         self.stats[f"action:{na.action}"] += 1
         self._did = record["did"]
+        self._fence = fence
         try:
             if na.action == "generate_assistant":
                 self.generate(c, state, na, info)
             elif na.action == "execute_local_tools":
                 self.run_tools(c, state, na)
             elif na.action == "enter_requires_action":
-                self.cmd("enter_requires_action", chat_id=c.chat_id)
+                self.cmd("enter_requires_action", chat_id=c.chat_id, fence=fence)
             elif na.action == "compact":
                 self.compact(c, state, na, info)
             elif na.action == "finish_turn":
-                self.cmd("finish_turn", chat_id=c.chat_id)
+                self.cmd("finish_turn", chat_id=c.chat_id, fence=fence)
             elif na.action == "error":
                 assert na.error is not None
                 self.stats["still_over_limit_errors"] += 1
-                self.cmd("finish_error", chat_id=c.chat_id, error={"message": na.error.message, "kind": na.error.kind})
+                self.cmd("finish_error", chat_id=c.chat_id, fence=fence,
+                         error={"message": na.error.message, "kind": na.error.kind})
         finally:
             self._did = None
 
     def generate(self, c: SimChat, state: ChatState, na: NextAction, info: dict[str, Any]) -> None:
+        """One model action: record the attempt (an owned chat's runner passes what it runs with, the
+        ledger resolves it for the others), then commit under the attempt's fence. A worker of an earlier
+        attempt that commits late is refused (``fence_mismatch``) and records nothing."""
         rng = self.rng
-        r = self.cmd("record_generation_attempt", chat_id=c.chat_id)
+        extra = {"settings": info["attempt_settings"]} if c.owned else {}
+        r = self.cmd("record_generation_attempt", chat_id=c.chat_id, fence=self._fence, **extra)
         if r is None:
             return
         attempt = r["generation_attempt"]
+        fence = {**self._fence, "generation_attempt": attempt}
+        if attempt >= 2:
+            # the worker of the previous attempt wakes up late and tries to commit: refused by the fence
+            self.stats["stale_commits_refused"] += 1
+            self.cmd("commit_step", expect=("fence_mismatch",), chat_id=c.chat_id,
+                     fence={**fence, "generation_attempt": attempt - 1},
+                     messages=[{"role": "assistant", "parts": [{"type": "text", "text": "stale"}]}])
         if c.failing is None and rng.random() < 0.04:
             c.failing = rng.choice(["transient"] * 14 + ["persistent", "fatal"])
         if c.failing is not None:
             self.stats["provider_errors"] += 1
             if c.failing == "fatal":
                 c.failing = None
-                self.cmd("finish_error", chat_id=c.chat_id,
+                self.cmd("finish_error", chat_id=c.chat_id, fence=fence,
                          error={"message": "provider rejected the request: invalid_request_error", "kind": "generic"})
                 return
             retry_after = rng.choice([None, None, None, 2.0, 45.0])
             decision = retry_decision(attempt, retry_after)
             if decision.retry:
                 self.stats["retries"] += 1
-                self.cmd("record_retry_state", chat_id=c.chat_id, retry_state={
+                self.cmd("record_retry_state", chat_id=c.chat_id, fence=fence, retry_state={
                     "attempt": attempt, "delay_seconds": decision.delay, "retry_after": retry_after,
                     "error": "the model is overloaded", "kind": "overloaded"})
                 if c.failing == "transient" and rng.random() < 0.6:
@@ -75,7 +95,7 @@ class WorkerRole:
                 return
             c.failing = None
             self.stats["retries_exhausted"] += 1
-            self.cmd("finish_error", chat_id=c.chat_id, error={
+            self.cmd("finish_error", chat_id=c.chat_id, fence=fence, error={
                 "message": f"the model is overloaded (gave up after {attempt} attempts)", "kind": "overloaded"})
             return
         settings = info["settings"]
@@ -112,14 +132,14 @@ class WorkerRole:
                                    "context_limit": settings["context_limit"]}
         if model:
             message["model_config_id"] = model
-        self.cmd("commit_step", chat_id=c.chat_id, messages=[message])
+        self.cmd("commit_step", chat_id=c.chat_id, fence=fence, messages=[message])
 
     def run_tools(self, c: SimChat, state: ChatState, na: NextAction) -> None:
         rng = self.rng
         amid = next(m.message_id for m in reversed(state.messages) if m.role == "assistant" and active(m))
         if na.policy_results:
             self.stats["exclusive_batches_rejected"] += 1
-            self.cmd("commit_step", chat_id=c.chat_id, messages=[
+            self.cmd("commit_step", chat_id=c.chat_id, fence=self._fence, messages=[
                 {"role": "tool", "parts": [{"type": "tool-result", "tool_call_id": p.tool_call_id,
                                             "tool_name": p.tool_name, "result": p.result, "is_error": True}]}
                 for p in na.policy_results])
@@ -166,7 +186,7 @@ class WorkerRole:
             results.append({"role": "tool", "parts": [{"type": "tool-result", "tool_call_id": call.tool_call_id,
                                                        "tool_name": call.tool_name, "result": body,
                                                        "is_error": status >= 400}]})
-        self.cmd("commit_step", chat_id=c.chat_id, messages=results)
+        self.cmd("commit_step", chat_id=c.chat_id, fence=self._fence, messages=results)
         if rng.random() < 0.02 and results:
             # a late claim of a call whose result is committed and canceled afterwards is refused
             first = na.calls[0]
@@ -206,7 +226,8 @@ class WorkerRole:
                                                            "result": "Tool execution interrupted by user"}]})
         elif self.rng.random() < 0.5:
             partial.append({"role": "assistant", "parts": [{"type": "text", "text": "partial answer (interrupted)"}]})
-        self.cmd("finish_interruption", chat_id=c.chat_id, partial_messages=partial)
+        self.cmd("finish_interruption", chat_id=c.chat_id, fence=msgspec.to_builtins(fence_of(state)),
+                 partial_messages=partial)
 
     def compact(self, c: SimChat, state: ChatState, na: NextAction, info: dict[str, Any]) -> None:
         c.seq += 1
@@ -214,7 +235,7 @@ class WorkerRole:
         source = "manual" if na.forced else "automatic"
         cp = na.compaction
         self.stats[f"compactions:{source}"] += 1
-        self.cmd("commit_step", chat_id=c.chat_id, consume_compaction_request=na.forced, messages=[
+        self.cmd("commit_step", chat_id=c.chat_id, fence=self._fence, consume_compaction_request=na.forced, messages=[
             {"role": "user", "visibility": "model", "compressed": True,
              "parts": [{"type": "text", "text": f"Summary of the conversation so far ({c.seq})."}]},
             {"role": "assistant", "visibility": "user", "compressed": True,

@@ -19,15 +19,18 @@ the worker and the users of ``--chats N`` chats in ``--orgs K`` organizations:
   the error results and runs nothing), ``enter_requires_action``, ``compact`` (a summary ``commit_step``,
   consuming a manual request), ``finish_turn``, ``error`` (``finish_error``). An owned chat interrupted
   while its tools run cancels them (``cancel_tool_call``: the truthful result) and ``finish_interruption``.
+  Every worker command carries the ``fence`` next-action reports; an owned chat's runner passes the
+  settings it runs with to ``record_generation_attempt``; a late worker of an earlier attempt is refused.
 * **the users**, interleaved at random between worker steps: new turns with hook prefixes and tool
   policies, queued prompts (deleted, promoted), interrupts (owned and unowned), edits, manual compaction,
   ``complete_requires_action`` / ``cancel_requires_action``, subagent (child) chats, archiving and
   ``end_chat``, and a few commands the ledger must refuse.
 
 Chats are interleaved (a random active chat steps each time), so their notifications interleave. Every
-decision is recorded (``Simulation.decisions``: chat, stream version, action, calls, and the commands the
-worker then ran) so ``next-action`` on the chat at that version can be checked against it
-(``check_decisions``); ``check_chats`` checks the foundation invariants on every simulated chat.
+decision is recorded (``Simulation.decisions``: chat, stream version, log position, action, calls, the
+settings, and the commands the worker then ran) so ``next-action`` on the chat at that version, with the
+other streams as of that position, can be checked against it (``check_decisions``); ``check_chats``
+checks the foundation invariants on every simulated chat.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ class Simulation(WorkerRole, UserRole):
         self.seconds = 0.0
         self.events = 0
         self._did: list[str] | None = None
+        self._fence: dict[str, Any] = {}  # the fence of the worker step under way (``WorkerRole.worker_step``)
         self.legacy_phase_done = False
 
     # -- plumbing ------------------------------------------------------------------------------------

@@ -1,8 +1,11 @@
 """Explanations from recorded facts (pure): a tool call, a queued prompt, a turn.
 
 Every answer quotes what the events recorded — the tool policy before and after each narrowing, the
-cancellation reasons, the model resolutions, the tool-call execution's claims and response — and cites
-the stream version of each fact. Nothing is re-derived from current settings.
+cancellation reasons, the model resolutions, what each generation attempt ran with and the fence each
+worker command committed under, the tool-call execution's claims and response — and cites the stream
+version of each fact. Nothing is re-derived from current settings: where an old event recorded no
+settings, the caller's ``settings_at`` gives them as of that event's log position (time-aligned facts);
+``current_settings`` (optional) gives what today's settings would be, for a counterfactual.
 """
 
 from __future__ import annotations
@@ -34,6 +37,29 @@ def _fact(e: Any) -> dict[str, Any]:
 
 def _resolution(r: Any) -> dict[str, Any] | None:
     return msgspec.to_builtins(r) if r is not None else None
+
+
+def _worker(e: Any) -> dict[str, Any]:
+    """What a worker event records of its command: the attempt and runner it belongs to, its fence."""
+    return {"generation_attempt": getattr(e, "generation_attempt", None),
+            "runner_id": str(e.runner_id) if getattr(e, "runner_id", None) else None,
+            "fence": _resolution(getattr(e, "fence", None))}
+
+
+def settings_text(s: dict[str, Any] | None) -> str:
+    """One line for an attempt's settings (``AttemptSettings`` as JSON)."""
+    if s is None:
+        return "settings unknown"
+    m = s.get("model")
+    model = (f"model {m['provider']}/{m['model']} ({m['model_config_id']}, {m['source']}"
+             + (f", {m['reason']}" if m.get("reason") else "") + ")") if m else "no model resolves (defaults)"
+    advisor = "advisor eligible" if s["advisor_eligible"] else f"advisor not eligible ({s.get('advisor_reason')})"
+    return (f"{model}; context limit {s['context_limit']}; compaction at {s['compaction_threshold']}% of "
+            f"{s['compaction_trigger_limit']}; {advisor}, {s['advisor_remaining_uses']} use(s) left")
+
+
+def fence_text(f: dict[str, Any] | None) -> str:
+    return "no fence" if not f else "fence " + ", ".join(f"{k} {v}" for k, v in f.items())
 
 
 def _resolution_text(r: Any) -> str:
@@ -306,8 +332,18 @@ def _promotion_cause(events: list[Any], promoted: Any) -> str:
     return "a promote_queued_message command (or the chat became idle with a queue)"
 
 
-def explain_turn(chat_events: Iterable[Any], turn_id: str) -> dict[str, Any]:
-    """The model of a turn and why, its attempts and retries, its tool calls and how it ended."""
+def explain_turn(chat_events: Iterable[Any], turn_id: str,
+                 settings_at: Callable[[Any, int], dict[str, Any] | None] | None = None,
+                 current_settings: Callable[[Any], dict[str, Any] | None] | None = None) -> dict[str, Any]:
+    """The model of a turn and why, its attempts (with what each ran with) and retries, each step with its
+    model and settings as of then and the fence it committed under, its tool calls and how it ended.
+
+    A step's settings are those its attempt recorded (``settings_from: recorded``); for steps of older
+    ledgers, or steps no attempt was recorded for, ``settings_at(state_before, version)`` gives them as of
+    the step's log position (``resolved``). ``current_settings(state_before)`` adds what today's catalog
+    and deployment would give, and the differences."""
+    from ledger.audit.redecide import differences
+
     events = list(chat_events)
     if not events:
         raise LedgerError("chat_not_found", "chat not found")
@@ -318,6 +354,7 @@ def explain_turn(chat_events: Iterable[Any], turn_id: str) -> dict[str, Any]:
         raise LedgerError("invalid_command", f"invalid turn id: {turn_id!r}") from None
     out: dict[str, Any] | None = None
     state = None
+    ran_with: dict[str, Any] | None = None  # what the latest attempt of this history version ran with
     for e in events:
         starts = isinstance(e, (ev.ChatCreated, ev.TurnStarted, ev.QueuedPromptPromoted)) and e.turn_id == tid
         if starts:
@@ -335,17 +372,33 @@ def explain_turn(chat_events: Iterable[Any], turn_id: str) -> dict[str, Any]:
             out = {"chat_id": str(chat_id), "turn_id": str(tid), "started": {**_fact(e), "cause": cause},
                    "model_config_id": str(model) if model else None, "model_resolution": _resolution(resolution),
                    "model_explanation": _resolution_text(resolution), "tool_policy": policy,
-                   "attempts": [], "retries": [], "steps": 0, "tool_calls": [], "cancellations": [],
-                   "interrupts": [], "ended": None}
+                   "attempts": [], "retries": [], "steps": 0, "step_details": [], "tool_calls": [],
+                   "cancellations": [], "interrupts": [], "ended": None}
         elif out is not None and out["ended"] is None:
             if starts is False and isinstance(e, (ev.TurnStarted, ev.QueuedPromptPromoted)):
                 out["ended"] = {**_fact(e), "how": "superseded by the next turn", "next_turn_id": str(e.turn_id)}
             elif isinstance(e, ev.GenerationAttemptRecorded):
-                out["attempts"].append({**_fact(e), "attempt": e.generation_attempt})
+                ran_with = _resolution(e.settings)
+                out["attempts"].append({**_fact(e), "attempt": e.generation_attempt, "settings": ran_with,
+                                        "runner_id": str(e.runner_id) if e.runner_id else None,
+                                        "fence": _resolution(e.fence)})
             elif isinstance(e, ev.RetryStateRecorded):
-                out["retries"].append({**_fact(e), "retry_state": msgspec.to_builtins(e.retry_state)})
+                out["retries"].append({**_fact(e), "retry_state": msgspec.to_builtins(e.retry_state), **_worker(e)})
             elif isinstance(e, ev.StepCommitted):
                 out["steps"] += 1
+                step = {**_fact(e), **_worker(e), "message_ids": [m.message_id for m in e.messages]}
+                if step["generation_attempt"] is None and state is not None:
+                    step["generation_attempt"] = state.generation_attempt
+                step["settings"], step["settings_from"] = ran_with, "recorded"
+                if ran_with is None:
+                    step["settings"] = settings_at(state, e.originator_version) if settings_at else None
+                    step["settings_from"] = "resolved" if step["settings"] is not None else None
+                if current_settings is not None:
+                    now = current_settings(state)
+                    step["current_settings"] = now
+                    step["differences"] = differences(_comparable(step["settings"]), _comparable(now),
+                                                      ("as_of", "current"))
+                out["step_details"].append(step)
                 for m in e.messages:
                     for p in m.parts:
                         if isinstance(p, ToolCallPart):
@@ -358,18 +411,21 @@ def explain_turn(chat_events: Iterable[Any], turn_id: str) -> dict[str, Any]:
             elif isinstance(e, ev.InterruptRequested):
                 out["interrupts"].append({**_fact(e), "reason": e.reason})
             elif isinstance(e, ev.TurnFinished):
-                out["ended"] = {**_fact(e), "how": "finished"}
+                out["ended"] = {**_fact(e), "how": "finished", **_worker(e)}
             elif isinstance(e, ev.InterruptionFinished):
-                out["ended"] = {**_fact(e), "how": "interrupted"}
+                out["ended"] = {**_fact(e), "how": "interrupted", **_worker(e)}
             elif isinstance(e, ev.TurnFailed):
-                out["ended"] = {**_fact(e), "how": "failed", "error": msgspec.to_builtins(e.last_error)}
+                out["ended"] = {**_fact(e), "how": "failed", "error": msgspec.to_builtins(e.last_error), **_worker(e)}
             elif isinstance(e, ev.ChatEnded):
                 out["ended"] = {**_fact(e), "how": "chat ended"}
             elif isinstance(e, ev.ContextCleared):
                 out["ended"] = {**_fact(e), "how": "context cleared"}
             elif isinstance(e, ev.MessageEdited):
                 out["ended"] = {**_fact(e), "how": f"message {e.edited_message_id} edited"}
+        history = state.history_version if state is not None else None
         state = evolve(state, e)
+        if state.history_version != history:
+            ran_with = None  # a new history version: the next step belongs to a new attempt
     if out is None:
         raise LedgerError("turn_not_found", f"no turn {turn_id} in chat {chat_id}")
     lines = [f"turn {out['turn_id']} started at version {out['started']['version']} ({out['started']['time']}): "
@@ -378,6 +434,13 @@ def explain_turn(chat_events: Iterable[Any], turn_id: str) -> dict[str, Any]:
              f"tool policy {_policy_text(out['tool_policy'])}",
              f"{out['steps']} step(s), {len(out['tool_calls'])} tool call(s), {len(out['attempts'])} generation "
              f"attempt(s) recorded, {len(out['retries'])} retry state(s)"]
+    for st in out["step_details"]:
+        how = {"recorded": "as its attempt recorded", "resolved": "resolved as of then"}.get(st["settings_from"] or "", "")
+        lines.append(f"step at version {st['version']} (attempt {st['generation_attempt']}, runner "
+                     f"{st['runner_id'] or '-'}, {fence_text(st['fence'])}): {settings_text(st['settings'])}"
+                     + (f" [{how}]" if how else ""))
+        for d in st.get("differences") or []:
+            lines.append(f"  with today's settings {d['field']} would be {d['current']!r} (then {d['as_of']!r})")
     for c in out["cancellations"]:
         lines.append(f"tool calls {', '.join(c['tool_call_ids'])} canceled at version {c['version']}: {c['reason']}")
     for i in out["interrupts"]:
@@ -387,6 +450,14 @@ def explain_turn(chat_events: Iterable[Any], turn_id: str) -> dict[str, Any]:
         lines.append(f"it has not ended (the chat is {state.execution_state if state else '?'})")
     else:
         lines.append(f"it ended at version {end['version']} ({end['time']}): {end['how']}"
-                     + (f": {end['error']['message']}" if end.get("error") else ""))
+                     + (f": {end['error']['message']}" if end.get("error") else "")
+                     + (f" ({fence_text(end['fence'])})" if "fence" in end else ""))
     out["explanation"] = lines
     return out
+
+
+def _comparable(s: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Settings without who supplied them (``source``) nor the action (a counterfactual keeps the step)."""
+    if s is None:
+        return None
+    return {k: v for k, v in s.items() if k not in ("source", "action")}

@@ -43,8 +43,10 @@ def _state_cell(s: dict[str, Any]) -> str:
             + (f'<br><span class="bad">error: {_e(s["last_error"]["message"])}</span>' if s["last_error"] else ""))
 
 
-def render(data: dict[str, Any], events: list[Any]) -> str:
-    """The page for ``timeline(...)`` output; chats also get turns, queued prompts, tool calls, errors."""
+def render(data: dict[str, Any], events: list[Any], settings_at: Any = None) -> str:
+    """The page for ``timeline(...)`` output; chats also get turns, steps (each with its model and settings
+    as of then and the fence it committed under; ``settings_at`` as ``explain_turn`` takes it), queued
+    prompts, tool calls, errors."""
     entries = data["events"]
     last = entries[-1]["state"] if entries else {}
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
@@ -53,7 +55,7 @@ def render(data: dict[str, Any], events: list[Any]) -> str:
              f"<div class='meta'>{len(entries)} events, version {data['version']}"
              + (f" · {entries[0]['time']} → {entries[-1]['time']}" if entries else "") + "</div>"]
     if data["aggregate"] == "chat" and entries:
-        parts.append(_chat_sections(data, events, last))
+        parts.append(_chat_sections(data, events, last, settings_at))
     parts.append("<h2>Timeline</h2><table><tr><th>v</th><th>time</th><th>event</th><th>summary</th>"
                  "<th>state after</th></tr>")
     for x in entries:
@@ -65,8 +67,8 @@ def render(data: dict[str, Any], events: list[Any]) -> str:
     return "".join(parts)
 
 
-def _chat_sections(data: dict[str, Any], events: list[Any], last: dict[str, Any]) -> str:
-    from ledger.audit.explain import explain_queued, explain_tool_call, explain_turn
+def _chat_sections(data: dict[str, Any], events: list[Any], last: dict[str, Any], settings_at: Any = None) -> str:
+    from ledger.audit.explain import explain_queued, explain_tool_call, explain_turn, fence_text
     from ledger.chat import events as ev
     from ledger.chat.values import ToolCallPart
 
@@ -91,8 +93,8 @@ def _chat_sections(data: dict[str, Any], events: list[Any], last: dict[str, Any]
     turn_ids = [e.turn_id for e in events if isinstance(e, (ev.ChatCreated, ev.TurnStarted, ev.QueuedPromptPromoted))]
     out.append("<h2>Turns</h2><table><tr><th>turn</th><th>started</th><th>model and why</th><th>policy</th>"
                "<th>steps / calls / attempts</th><th>ended</th></tr>")
-    for tid in turn_ids:
-        t = explain_turn(events, str(tid))
+    turns = [explain_turn(events, str(tid), settings_at) for tid in turn_ids]
+    for tid, t in zip(turn_ids, turns):
         end = t["ended"]
         ended = "—" if end is None else f"v{end['version']} {end['how']}" + (f": {end['error']['message']}" if end.get("error") else "")
         cls = " class='err'" if end and end["how"] == "failed" else ""
@@ -101,6 +103,30 @@ def _chat_sections(data: dict[str, Any], events: list[Any], last: dict[str, Any]
                    f"<td>{_e(t['model_explanation'])}</td><td>{_e(policy)}</td>"
                    f"<td>{t['steps']} / {len(t['tool_calls'])} / {len(t['attempts'])}</td><td>{_e(ended)}</td></tr>")
     out.append("</table>")
+    # steps: what each ran with, as of then, and its fence
+    steps = [(tid, st) for tid, t in zip(turn_ids, turns) for st in t["step_details"]]
+    out.append("<h2>Steps</h2>")
+    if not steps:
+        out.append("<div class='muted'>none</div>")
+    else:
+        out.append("<table><tr><th>v</th><th>turn</th><th>attempt / runner</th><th>fence</th><th>model</th>"
+                   "<th>context / compaction</th><th>advisor</th><th>settings</th></tr>")
+        for tid, st in steps:
+            ran = st["settings"]
+            m = ran.get("model") if ran else None
+            model = (f"{m['provider']}/{m['model']} ({m['source']}" + (f", {m['reason']}" if m.get("reason") else "")
+                     + ")") if m else ("defaults" if ran else "unknown")
+            limits = (f"{ran['context_limit']} · {ran['compaction_threshold']}% of {ran['compaction_trigger_limit']}"
+                      if ran else "–")
+            advisor = ("eligible" if ran["advisor_eligible"] else f"no ({ran.get('advisor_reason')})"
+                       ) + f", {ran['advisor_remaining_uses']} left" if ran else "–"
+            source = {"recorded": "recorded by the attempt", "resolved": "resolved as of then"}.get(
+                st["settings_from"] or "", "–")
+            out.append(f"<tr><td>{st['version']}</td><td><code>{_e(short(tid))}</code></td>"
+                       f"<td>{_e(st['generation_attempt'])} / <code>{_e(short(st['runner_id']) if st['runner_id'] else '-')}"
+                       f"</code></td><td>{_e(fence_text(st['fence']))}</td><td>{_e(model)}</td><td>{_e(limits)}</td>"
+                       f"<td>{_e(advisor)}</td><td>{_e(source)}</td></tr>")
+        out.append("</table>")
     # queued prompts
     qids = [e.prompt.queued_message_id for e in events if isinstance(e, ev.PromptQueued)]
     out.append("<h2>Queued prompts</h2>")

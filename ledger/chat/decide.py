@@ -41,7 +41,9 @@ from ledger.chat.state import (
     outstanding_tool_calls,
 )
 from ledger.chat.values import (
+    AttemptSettings,
     ChatError,
+    Fence,
     Message,
     MessageInput,
     Part,
@@ -132,6 +134,56 @@ def require(state: ChatState, transition: str) -> str:
         reason = "reconcile is only valid for invalid states" if transition == "ReconcileInvalidState" else None
         raise transition_not_allowed(TRANSITION_NAME.get(transition, transition), st, reason)
     return st
+
+
+# -- fences (chatd ``loadChatForTask`` / ``verifyTaskFence`` / ``generationAttemptFence``) ----------------
+
+#: the status each worker command requires of the chat when it carries a fence (chatd loads the chat for
+#: the task with that status: the generation task runs on ``running``, the interrupt task on ``interrupting``)
+FENCED_STATUS = {
+    "CommitStep": "running", "FinishTurn": "running", "FinishError": "running", "EnterRequiresAction": "running",
+    "RecordRetryState": "running", "RecordGenerationAttempt": "running", "FinishInterruption": "interrupting",
+}
+
+
+def fence_mismatch(message: str) -> LedgerError:
+    return LedgerError("fence_mismatch", message)
+
+
+def check_fence(state: ChatState, fence: Fence | None, transition: str) -> None:
+    """Refuse a worker command whose fence does not match the chat as it is, with chatd's wording and in
+    chatd's order: the owner, the status the task requires, not archived, the history version, then the
+    generation attempt (``<stored> != <given>``). No fence: nothing is checked (the command behaves as
+    without fences)."""
+    if fence is None:
+        return
+    if fence.runner_id is not None and (state.worker_id is None or state.runner_id != fence.runner_id):
+        raise fence_mismatch("chat not owned by task")
+    status = FENCED_STATUS[transition]
+    if state.status != status:
+        raise fence_mismatch(f"chat status mismatch: {state.status} != {status}")
+    if state.archived:
+        raise fence_mismatch("chat archived")
+    if fence.history_version is not None and state.history_version != fence.history_version:
+        raise fence_mismatch(f"chat history version mismatch: {state.history_version} != {fence.history_version}")
+    if fence.generation_attempt is not None and state.generation_attempt != fence.generation_attempt:
+        raise fence_mismatch(f"generation fence mismatch: {state.generation_attempt} != {fence.generation_attempt}")
+
+
+def fence_of(state: ChatState) -> Fence:
+    """The fence a worker acting on the chat as it is now sends with its next command (``next-action``)."""
+    return Fence(runner_id=state.runner_id, history_version=state.history_version,
+                 generation_attempt=state.generation_attempt)
+
+
+def worker_facts(state: ChatState, fence: Fence | None) -> dict[str, Any]:
+    """What a worker event records of the command: the attempt and runner it belongs to, and its fence."""
+    return {"generation_attempt": state.generation_attempt, "runner_id": state.runner_id, "fence": fence}
+
+
+class SettingsNeeded(Exception):
+    """Raised by ``record_generation_attempt`` when no settings were given and the checks passed: the
+    handler resolves what the attempt runs with at this position and decides again with them."""
 
 
 def turn_id_for(chat_id: UUID, kind: str, number: int) -> UUID:
@@ -322,12 +374,13 @@ class Draft:
         else:
             self.promote_head()
 
-    def finish_interruption(self, partial: list[MessageInput], *, unowned: bool = False) -> None:
+    def finish_interruption(self, partial: list[MessageInput], *, unowned: bool = False,
+                            fence: Fence | None = None) -> None:
         msgs = self.messages(partial, turn_id=self.state.turn_id)
         if self.outstanding():
             raise transition_not_allowed("FinishInterruption", self.state.execution_state,
                                          "outstanding tool calls remain after partial commit")
-        self.em.emit(ev.InterruptionFinished, messages=msgs, unowned=unowned)
+        self.em.emit(ev.InterruptionFinished, messages=msgs, unowned=unowned, **worker_facts(self.state, fence))
         self.at_boundary()
 
     # -- queue events, mirrored on the draft's queue -----------------------------------------------------
@@ -696,65 +749,81 @@ def cancel_requires_action(state: ChatState, em: Emitter, *, reason: str | None 
     return em.events
 
 
-def enter_requires_action(state: ChatState, em: Emitter) -> list[Any]:
+def enter_requires_action(state: ChatState, em: Emitter, *, fence: Fence | None = None) -> list[Any]:
+    check_fence(state, fence, "EnterRequiresAction")
     require(state, "EnterRequiresAction")
     pending = outstanding_tool_calls(state, dynamic_only=True)
     if not pending:
         raise LedgerError("no_pending_dynamic_tool_calls", "no pending dynamic tool calls")
     em.emit(ev.RequiresActionEntered, deadline=em.timestamp + REQUIRES_ACTION_TIMEOUT,
-            tool_call_ids=[c.tool_call_id for c in pending])
+            tool_call_ids=[c.tool_call_id for c in pending], **worker_facts(state, fence))
     return em.events
 
 
 # -- the worker's transitions ---------------------------------------------------------------------------
 
-def record_generation_attempt(state: ChatState, em: Emitter) -> list[Any]:
+def record_generation_attempt(state: ChatState, em: Emitter, *, settings: AttemptSettings | None = None,
+                              fence: Fence | None = None) -> list[Any]:
+    """A new generation attempt with what it runs with: ``settings`` as the runner passed them, or (None)
+    ``SettingsNeeded`` once the checks pass, for the handler to resolve them and decide again."""
+    check_fence(state, fence, "RecordGenerationAttempt")
     require(state, "RecordGenerationAttempt")
-    em.emit(ev.GenerationAttemptRecorded, generation_attempt=state.generation_attempt + 1)
+    if settings is None:
+        raise SettingsNeeded()
+    em.emit(ev.GenerationAttemptRecorded, generation_attempt=state.generation_attempt + 1, settings=settings,
+            runner_id=state.runner_id, fence=fence)
     return em.events
 
 
-def record_retry_state(state: ChatState, em: Emitter, *, retry_state: dict[str, Any]) -> list[Any]:
+def record_retry_state(state: ChatState, em: Emitter, *, retry_state: dict[str, Any],
+                       fence: Fence | None = None) -> list[Any]:
+    check_fence(state, fence, "RecordRetryState")
     require(state, "RecordRetryState")
     if not retry_state:
         raise invalid_command("RecordRetryState requires a retry payload")
-    em.emit(ev.RetryStateRecorded, retry_state=retry_state)
+    em.emit(ev.RetryStateRecorded, retry_state=retry_state, **worker_facts(state, fence))
     return em.events
 
 
 def commit_step(state: ChatState, em: Emitter, *, messages: list[MessageInput],
-                consume_compaction_request: bool = False) -> list[Any]:
+                consume_compaction_request: bool = False, fence: Fence | None = None) -> list[Any]:
+    check_fence(state, fence, "CommitStep")
     require(state, "CommitStep")
     if not messages:
         raise invalid_command("CommitStep requires at least one message")
     d = Draft(state, em)
     msgs = d.messages(messages, turn_id=state.turn_id)
     em.emit(ev.StepCommitted, messages=msgs,
-            consumed_compaction_request=consume_compaction_request and state.compaction_requested_at is not None)
+            consumed_compaction_request=consume_compaction_request and state.compaction_requested_at is not None,
+            **worker_facts(state, fence))
     return em.events
 
 
-def finish_turn(state: ChatState, em: Emitter, models: ModelFacts | None = None) -> list[Any]:
+def finish_turn(state: ChatState, em: Emitter, models: ModelFacts | None = None, *,
+                fence: Fence | None = None) -> list[Any]:
     """R0 -> W; R1 -> the head promoted (calls canceled first); R1P -> paused at the head under edit."""
+    check_fence(state, fence, "FinishTurn")
     st = require(state, "FinishTurn")
     d = Draft(state, em, models)
     if st == "R1":
         d.cancel(QUEUED_PROMOTION)
-    em.emit(ev.TurnFinished, messages=[])
+    em.emit(ev.TurnFinished, messages=[], **worker_facts(state, fence))
     d.at_boundary()
     return em.events
 
 
 def finish_interruption(state: ChatState, em: Emitter, *, partial_messages: list[MessageInput] = (),  # type: ignore[assignment]
-                        models: ModelFacts | None = None) -> list[Any]:
+                        models: ModelFacts | None = None, fence: Fence | None = None) -> list[Any]:
+    check_fence(state, fence, "FinishInterruption")
     require(state, "FinishInterruption")
-    Draft(state, em, models).finish_interruption(list(partial_messages))
+    Draft(state, em, models).finish_interruption(list(partial_messages), fence=fence)
     return em.events
 
 
-def finish_error(state: ChatState, em: Emitter, *, error: ChatError) -> list[Any]:
+def finish_error(state: ChatState, em: Emitter, *, error: ChatError, fence: Fence | None = None) -> list[Any]:
+    check_fence(state, fence, "FinishError")
     require(state, "FinishError")
-    em.emit(ev.TurnFailed, last_error=error, messages=[])
+    em.emit(ev.TurnFailed, last_error=error, messages=[], **worker_facts(state, fence))
     return em.events
 
 

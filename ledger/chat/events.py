@@ -15,11 +15,22 @@ from uuid import UUID
 
 from ledger.base import LedgerCreated, LedgerEvent
 from ledger.catalog.values import EffortLevel, ModelResolution
-from ledger.chat.values import ChatError, Message, Part, QueuedPrompt
+from ledger.chat.values import AttemptSettings, ChatError, Fence, Message, Part, QueuedPrompt
 
 
 class ChatEvent(LedgerEvent):
     abstract: ClassVar[bool] = True
+
+
+class WorkerEvent(ChatEvent):
+    """An event a worker command records: which generation attempt and which runner it belongs to (the
+    chat's when the command ran; None on events recorded before these fields existed, and ``runner_id``
+    None when the chat was not owned), and the ``fence`` the command was given (None: no fence)."""
+
+    abstract: ClassVar[bool] = True
+    generation_attempt: int | None = dataclasses.field(default=None, kw_only=True)
+    runner_id: UUID | None = dataclasses.field(default=None, kw_only=True)
+    fence: Fence | None = dataclasses.field(default=None, kw_only=True)
 
 
 class ChatCreated(LedgerCreated, ChatEvent):
@@ -228,7 +239,7 @@ class InterruptRequested(ChatEvent):
     reason: str
 
 
-class InterruptionFinished(ChatEvent):
+class InterruptionFinished(WorkerEvent):
     """The interruption ended: partial output committed; waiting, unless a promotion follows."""
 
     TOPIC = "chat-ledger:chat.InterruptionFinished"
@@ -236,14 +247,14 @@ class InterruptionFinished(ChatEvent):
     unowned: bool = False
 
 
-class TurnFinished(ChatEvent):
+class TurnFinished(WorkerEvent):
     """The turn ended (terminal messages inserted); waiting, unless a promotion follows."""
 
     TOPIC = "chat-ledger:chat.TurnFinished"
     messages: list[Message]
 
 
-class TurnFailed(ChatEvent):
+class TurnFailed(WorkerEvent):
     """FinishError: the worker hit an unrecoverable error."""
 
     TOPIC = "chat-ledger:chat.TurnFailed"
@@ -258,7 +269,7 @@ class IdleChatFailed(ChatEvent):
     last_error: ChatError
 
 
-class RequiresActionEntered(ChatEvent):
+class RequiresActionEntered(WorkerEvent):
     """The chat waits for client results of its pending dynamic tool calls until ``deadline``."""
 
     TOPIC = "chat-ledger:chat.RequiresActionEntered"
@@ -293,7 +304,7 @@ class ContextCleared(ChatEvent):
     messages: list[Message]
 
 
-class StepCommitted(ChatEvent):
+class StepCommitted(WorkerEvent):
     """A generation step's messages were committed."""
 
     TOPIC = "chat-ledger:chat.StepCommitted"
@@ -302,11 +313,20 @@ class StepCommitted(ChatEvent):
 
 
 class GenerationAttemptRecorded(ChatEvent):
+    """A generation attempt began (``generation_attempt`` is its number). ``settings`` is what it ran with:
+    the resolved model, the context limit, the compaction threshold and trigger limit, the advisor's
+    eligibility and remaining uses, the offered tools — passed by the runner or resolved by the ledger at
+    this position (None on attempts recorded before the field existed). ``runner_id`` the chat's runner,
+    ``fence`` the fence the command was given."""
+
     TOPIC = "chat-ledger:chat.GenerationAttemptRecorded"
     generation_attempt: int
+    settings: AttemptSettings | None = None
+    runner_id: UUID | None = None
+    fence: Fence | None = None
 
 
-class RetryStateRecorded(ChatEvent):
+class RetryStateRecorded(WorkerEvent):
     TOPIC = "chat-ledger:chat.RetryStateRecorded"
     retry_state: dict[str, Any]
 

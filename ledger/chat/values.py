@@ -7,12 +7,13 @@ arguments and results, retry payloads) is the only untyped content.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Iterator, Literal, Union
+from typing import Annotated, Any, Iterator, Literal, Union
 from uuid import UUID
 
 import msgspec
 
-from ledger.catalog.values import EffortLevel
+from ledger.catalog.values import EffortLevel, Reason, Source
+
 #: The widest integer both databases store in a view column: a signed 64-bit integer.
 MAX_INT64 = 2**63 - 1
 #: The longest provider tool-call id a command may give. The chat views key a chat's unresolved calls by it,
@@ -164,3 +165,70 @@ def input_bound_errors(m: MessageInput, path: str) -> Iterator[str]:
 
 def message_text(parts: list[Part]) -> str:
     return "".join(p.text for p in parts if isinstance(p, TextPart))
+
+
+# -- what a worker command is fenced with, and what a generation attempt ran with -----------------------
+
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+Percent = Annotated[int, msgspec.Meta(ge=0, le=100)]
+Name = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class Fence(msgspec.Struct, gc=False, omit_defaults=True, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """What a worker command expects the chat to be (chatd ``loadChatForTask`` + ``generationAttemptFence``):
+    owned by ``runner_id``, at ``history_version``, at ``generation_attempt``. Each field left out is not
+    checked; the status a command requires is checked whenever a fence is given."""
+
+    runner_id: UUID | None = None
+    history_version: NonNegative | None = None
+    generation_attempt: NonNegative | None = None
+
+
+class RecordedModel(msgspec.Struct, gc=False, omit_defaults=True, forbid_unknown_fields=True, frozen=True,
+                    kw_only=True):
+    """The model a generation attempt ran on, and how it was chosen (as ``ModelResolution`` records it)."""
+
+    model_config_id: UUID
+    provider: Name
+    model: Name
+    source: Source
+    reason: Reason | None = None
+    requested_model_config_id: UUID | None = None
+
+
+class OfferedTools(msgspec.Struct, gc=False, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """The tool set offered to the model after the hook policy and the exclusive-tool rule:
+    ``allowed_tools`` the hook policy in force (None: every tool the runner has), ``dynamic_tools`` the
+    chat's client tools that policy allows, ``advisor`` whether the advisor tool is offered, and
+    ``exclusive_tools`` the tools that must run alone in a batch."""
+
+    allowed_tools: list[str] | None
+    dynamic_tools: list[str]
+    advisor: bool
+    exclusive_tools: list[str]
+
+
+class AttemptSettingsInput(msgspec.Struct, gc=False, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """What a generation attempt runs with, as a runner reports it on ``record_generation_attempt``.
+
+    ``model`` None: no model resolves (the defaults apply). ``context_limit`` is the model's;
+    ``compaction_threshold`` the percent that triggers compaction; ``compaction_trigger_limit`` the limit
+    the trigger divides by (the smaller of the chat model's and the compaction override's). ``action`` is
+    the decision the attempt carries out (``generate_assistant``, ``execute_local_tools``, ``compact``)."""
+
+    action: Name | None = None
+    model: RecordedModel | None = None
+    context_limit: NonNegative
+    compaction_threshold: Percent
+    compaction_trigger_limit: NonNegative
+    advisor_eligible: bool
+    advisor_reason: str | None = None
+    advisor_remaining_uses: NonNegative
+    tools: OfferedTools
+
+
+class AttemptSettings(AttemptSettingsInput, kw_only=True):
+    """``AttemptSettingsInput`` as recorded: ``source`` says who supplied it — ``runner`` (passed with the
+    command: what the runner ran) or ``ledger`` (resolved by the ledger at the attempt's log position)."""
+
+    source: Literal["runner", "ledger"]

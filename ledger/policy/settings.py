@@ -28,9 +28,10 @@ import msgspec
 from ledger.catalog.resolve import ChatModelFacts, ResolvedModel, resolve_model
 from ledger.catalog.state import DEFAULT_DEPLOYMENT, CatalogState, DeploymentState
 from ledger.chat.state import ChatState
+from ledger.chat.values import AttemptSettings, RecordedModel
 from ledger.errors import LedgerError
-from ledger.policy.generation import DEFAULT_THRESHOLD_PERCENT, MAX_STEPS, GenerationSettings
-from ledger.policy.tools import AdvisorSettings
+from ledger.policy.generation import DEFAULT_THRESHOLD_PERCENT, MAX_STEPS, GenerationSettings, NextAction
+from ledger.policy.tools import AdvisorSettings, offered_tools
 
 
 class SettingsReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -43,6 +44,8 @@ class SettingsReport(msgspec.Struct, frozen=True, kw_only=True):
     compaction_model: dict[str, Any] | None = None
     advisor_model: dict[str, Any] | None = None
     context_limit_source: str = "catalog"
+    #: the generation model as an attempt records it (with its provider and model name); None: defaults
+    recorded_model: RecordedModel | None = None
 
 
 def latest_context_limit(state: ChatState) -> int | None:
@@ -106,4 +109,24 @@ def generation_settings(chat: ChatState, catalog: CatalogState | None, deploymen
         settings=settings, source="catalog", model=_resolved(root),
         compaction_model=_resolved(compaction) if isinstance(compaction, ResolvedModel) else None,
         advisor_model=_resolved(advisor) if isinstance(advisor, ResolvedModel) else None,
+        recorded_model=RecordedModel(model_config_id=root.model_config_id, provider=config.provider,
+                                     model=config.model, source=root.source, reason=root.reason,
+                                     requested_model_config_id=root.requested_model_config_id),
+    )
+
+
+def attempt_settings(chat: ChatState, settings: GenerationSettings, model: RecordedModel | None,
+                     decision: NextAction, source: str = "ledger") -> AttemptSettings:
+    """What a generation attempt on ``chat`` runs with: the settings, the model they came from
+    (``SettingsReport.recorded_model``) and the decision made with them (``record_generation_attempt``
+    records it; ``events verify --decisions`` re-derives it)."""
+    s = settings
+    advisor = decision.advisor
+    return AttemptSettings(
+        source=source, action=decision.action, model=model,  # type: ignore[arg-type]
+        context_limit=s.context_limit, compaction_threshold=s.threshold_percent,
+        compaction_trigger_limit=decision.compaction.context_limit,
+        advisor_eligible=advisor.eligible, advisor_reason=advisor.reason,
+        advisor_remaining_uses=advisor.remaining_uses, tools=offered_tools(chat, decision.exclusive_tools,
+                                                                           advisor.tool_offered),
     )

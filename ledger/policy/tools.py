@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 import msgspec
 
 from ledger.chat.state import ChatState, MessageInfo, active
-from ledger.chat.values import MessageInput, ToolResultPart, Usage
+from ledger.chat.values import MessageInput, OfferedTools, ToolResultPart, Usage
 from ledger.errors import LedgerError
 
 ADVISOR = "advisor"
@@ -84,6 +84,16 @@ def apply_exclusive_policy(calls: Sequence[_Call], exclusive_tools: Iterable[str
         )
         for c in calls
     ]
+
+
+def offered_tools(state: ChatState, exclusive_tools: Sequence[str], advisor_offered: bool) -> OfferedTools:
+    """The tool set a generation step offers: the hook policy in force, the chat's client (dynamic) tools
+    that policy allows, the advisor when it is offered, and the exclusive tools of the batch rule."""
+    policy = state.hook_allowed_tools
+    return OfferedTools(
+        allowed_tools=list(policy) if policy is not None else None,
+        dynamic_tools=[t for t in state.dynamic_tools if policy is None or t in policy],
+        advisor=advisor_offered, exclusive_tools=list(exclusive_tools))
 
 
 def policy_result_messages(results: Sequence[PolicyResult]) -> list[MessageInput]:

@@ -85,7 +85,9 @@ def test_models_and_resolve_model_json(db_url):
     assert r.exit_code == 0, r.output
     assert json.loads(r.output) == {
         "chat_id": CHAT, "context": "root", "model_config_id": M1, "source": "chat_model", "reason": None,
-        "requested_model_config_id": None, "context_limit": 200000, "reasoning_effort": "medium", "ignored": []}
+        "requested_model_config_id": None, "context_limit": 200000, "reasoning_effort": "medium", "ignored": [],
+        "provider": "anthropic", "model": "claude-sonnet-4-5",
+        "facts_as_of": {"chat_version": 5, "notification_id": None}}
 
     cli(db_url, "apply", "-", input=json.dumps(
         {"type": "update_model_config", "organization_id": ORG, "model_config_id": M2, "enabled": True}))

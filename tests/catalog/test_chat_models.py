@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from ledger.catalog.state import DEPLOYMENT_ID
 from ledger.chat import events as ev
 from tests.catalog.kit import (
     ALICE, BOB, FOREIGN, M1, M2, M3, ORG, ORG2, W, catalog, chat, org_with, refused, run,
@@ -261,7 +262,11 @@ def test_commands_that_resolve_nothing_do_not_read_the_catalog(orgs):
     run(orgs, type="acquire", chat_id=chat_id, **W)
     run(orgs, type="commit_step", chat_id=chat_id, messages=[{"role": "assistant", "parts": [{"type": "text", "text": "a"}]}])
     run(orgs, type="send_message", chat_id=chat_id, text="queued")
-    run(orgs, type="record_generation_attempt", chat_id=chat_id)
+    ran = run(orgs, type="record_generation_attempt", chat_id=chat_id)["settings"]  # resolved by the ledger
+    assert [a[0] for a in loads] == [uuid.UUID(ORG), DEPLOYMENT_ID] and ran["source"] == "ledger"
+    loads.clear()
+    ran.pop("source")  # what a runner passes: recorded as given, nothing read
+    assert run(orgs, type="record_generation_attempt", chat_id=chat_id, settings=ran)["settings"]["source"] == "runner"
     assert loads == []
     run(orgs, type="finish_turn", chat_id=chat_id)  # promotes: reads the catalog
     assert [a[0] for a in loads] == [uuid.UUID(ORG)]

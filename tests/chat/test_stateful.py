@@ -3,7 +3,8 @@ after every step: the execution state is valid; waiting implies an empty queue; 
 is under edit, and at most one queued prompt is; the tool policy never widens; every tool call is
 resolved at most once; the state rebuilt by replay from the store equals the live (in-process) state;
 message ids are unique and increasing; each result says what its command did (the message ids it
-inserted, a queued id still queued, a promoted id no longer queued)."""
+inserted, a queued id still queued, a promoted id no longer queued); a worker command with a possibly
+stale fence is refused exactly when the fence does not match, and then records nothing."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import hypothesis.strategies as st
+import msgspec
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precondition, rule
 
@@ -300,6 +302,48 @@ class ChatMachine(RuleBasedStateMachine):
             if before is not None:
                 assert now is not None and set(now) <= set(before), (before, now)
             self.policies[chat_id] = now
+
+    @rule(chat=chats, kind=st.sampled_from(["commit_step", "finish_turn", "finish_error", "finish_interruption",
+                                            "enter_requires_action", "record_retry_state", "record_generation_attempt"]),
+          runner=st.sampled_from(["own", "other", None]), history=st.sampled_from([None, 0, -1, 1]),
+          attempt=st.sampled_from([None, 0, -1, 1]))
+    def fenced_worker_command(self, chat, kind, runner, history, attempt):
+        """A worker command with a fence that may be stale: refused with fence_mismatch exactly when a given
+        field (or the status the command needs) does not match, and then nothing is recorded; accepted
+        otherwise (when the transition allows it), recording the fence it committed under."""
+        if chat not in self.live:
+            return
+        s = self.state(chat)
+        fence: dict[str, Any] = {}
+        if runner is not None:
+            fence["runner_id"] = str(s.runner_id) if runner == "own" and s.runner_id else str(uuid.UUID(int=99))
+        if history is not None:
+            fence["history_version"] = max(s.history_version + history, 0)
+        if attempt is not None:
+            fence["generation_attempt"] = max(s.generation_attempt + attempt, 0)
+        fields = {"commit_step": {"messages": [{"role": "assistant", "parts": [{"type": "text", "text": "s"}]}]},
+                  "finish_error": {"error": {"message": "boom"}},
+                  "record_retry_state": {"retry_state": {"attempt": s.generation_attempt}}}.get(kind, {})
+        needs = "interrupting" if kind == "finish_interruption" else "running"
+        mismatch = (("runner_id" in fence and (s.worker_id is None or fence["runner_id"] != str(s.runner_id)))
+                    or s.status != needs or s.archived
+                    or fence.get("history_version", s.history_version) != s.history_version
+                    or fence.get("generation_attempt", s.generation_attempt) != s.generation_attempt)
+        version = self.live[chat].version
+        try:
+            execute(self.app, command_from_dict({"type": kind, "chat_id": str(chat), "fence": fence, **fields}))
+        except LedgerError as e:
+            assert (e.code == "fence_mismatch") == mismatch, (kind, fence, e)
+            assert self.app.load(chat).version == version  # nothing recorded
+            return
+        assert not mismatch, (kind, fence)
+        if LiveUnitOfWork.last is not None:
+            for agg_id, agg in LiveUnitOfWork.last._dirty.items():
+                self.live[agg_id] = agg
+        recorded = next(e for e in self.app.stream(chat, gt=version) if hasattr(e, "fence"))
+        assert msgspec.to_builtins(recorded.fence) == fence, (kind, recorded)
+        if kind != "record_generation_attempt":  # (its own field is the new attempt's number)
+            assert (recorded.generation_attempt, recorded.runner_id) == (s.generation_attempt, s.runner_id)
 
     @invariant()
     def replay_equals_live(self):

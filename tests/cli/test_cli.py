@@ -258,7 +258,9 @@ def test_show_json_shape(cli: LedgerCLI, two_chats: dict[str, str]) -> None:
     c = two_chats["c"]
     (data,), result = cli.json_lines("show", c, "--json")
     assert result.exit_code == 0
-    assert set(data) == {"chat", "messages", "queue", "unresolved"}
+    # CONTRACT §5's four keys, and the facts of other streams as of the same position (now, here)
+    assert set(data) == {"chat", "messages", "queue", "unresolved", "facts_as_of", "model"}
+    assert data["facts_as_of"] == {"chat_version": 9, "notification_id": None}
     assert set(data["chat"]) == STATUS_KEYS
     assert data["chat"]["version"] == 9 and data["chat"]["execution_state"] == "R1"
     assert data["chat"]["title"] == "Chat C" and data["chat"]["message_count"] == 6
@@ -281,10 +283,11 @@ def test_show_json_shape(cli: LedgerCLI, two_chats: dict[str, str]) -> None:
     assert (queued["chat_id"], queued["queued_message_id"], queued["position"], queued["text"]) == (c, 1, 1, "later")
 
     (call,) = data["unresolved"]
-    assert set(call) == UNRESOLVED_KEYS
+    assert set(call) == UNRESOLVED_KEYS | {"execution"}  # (show adds the execution as of the chat's position)
     assert (call["tool_call_id"], call["tool_name"], call["kind"], call["assistant_message_id"], call["args"]) == \
         ("call_2", "search", "local", 6, {"q": "x"})
     UUID(call["execution_id"])
+    assert call["execution"] == {"status": "unclaimed", "claim_epoch": 0}
 
 
 def test_show_at_version_returns_the_earlier_state(cli: LedgerCLI, two_chats: dict[str, str]) -> None:

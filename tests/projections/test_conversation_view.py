@@ -40,6 +40,8 @@ def test_conversation_cli_and_view(db_url: str, app) -> None:
     assert row["version"] == app.load(uuid.UUID(cid)).version
     earlier = json.loads(cli(db_url, "conversation", "show", cid, "--at", "2", "--json"))
     assert earlier["conversation"]["version"] == 2 and len(earlier["boxes"]) == 1
+    at_time = app.stream(uuid.UUID(cid))[1].timestamp.isoformat()
+    assert json.loads(cli(db_url, "conversation", "show", cid, "--as-of", at_time, "--json")) == earlier
     now = json.loads(cli(db_url, "conversation", "show", cid, "--json"))
     assert len(now["boxes"]) == row["box_count"]
     rebuilt = cli(db_url, "projections", "rebuild", "conversations", "--blue-green")

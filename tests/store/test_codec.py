@@ -26,11 +26,15 @@ from ledger.catalog.values import ModelResolution
 from ledger.chat import events as ev
 from ledger.chat.aggregate import Chat
 from ledger.chat.values import (
+    AttemptSettings,
     ChatError,
+    Fence,
     FilePart,
     Message,
     MessageInput,
+    OfferedTools,
     QueuedPrompt,
+    RecordedModel,
     ReasoningPart,
     TextPart,
     ToolCallPart,
@@ -104,6 +108,17 @@ def full_prompt() -> QueuedPrompt:
     )
 
 
+def attempt_settings() -> AttemptSettings:
+    return AttemptSettings(
+        source="runner", action="generate_assistant",
+        model=RecordedModel(model_config_id=uuid4(), provider="anthropic", model="claude-sonnet-4-5",
+                            source="fallback_default", reason="disabled", requested_model_config_id=uuid4()),
+        context_limit=200_000, compaction_threshold=70, compaction_trigger_limit=120_000, advisor_eligible=False,
+        advisor_reason="child_chat", advisor_remaining_uses=2,
+        tools=OfferedTools(allowed_tools=["read_file", "ask_user"], dynamic_tools=["ask_user"], advisor=False,
+                           exclusive_tools=[]))
+
+
 def samples(chat_id: UUID) -> dict[type, dict[str, Any]]:
     """The own fields of one realistic instance of each chat event class (ChatCreated first)."""
     return {
@@ -142,23 +157,28 @@ def samples(chat_id: UUID) -> dict[type, dict[str, Any]]:
                                        tool_call_id="call_9", tool_name="ask_user",
                                        result="Tool execution interrupted by user", is_error=True)])]),
         ev.InterruptRequested: dict(reason="User pressed stop"),
-        ev.InterruptionFinished: dict(messages=[small_message(9, "assistant", "partial")], unowned=True),
-        ev.TurnFinished: dict(messages=[]),
+        ev.InterruptionFinished: dict(messages=[small_message(9, "assistant", "partial")], unowned=True,
+                                      generation_attempt=0, runner_id=None, fence=None),
+        ev.TurnFinished: dict(messages=[], generation_attempt=2, runner_id=uuid4(), fence=Fence(runner_id=uuid4(), history_version=7, generation_attempt=2)),
         ev.TurnFailed: dict(last_error=ChatError(message="provider overloaded", kind="overloaded"),
-                            messages=[small_message(10, "assistant", "sorry")]),
+                            messages=[small_message(10, "assistant", "sorry")], generation_attempt=4,
+                            runner_id=uuid4(), fence=Fence(generation_attempt=4)),
         ev.IdleChatFailed: dict(last_error=ChatError(message="workspace agent is unreachable")),
         ev.RequiresActionEntered: dict(deadline=datetime(2025, 3, 14, 17, 14, 26, 123456, tzinfo=PLUS_TWO),
-                                       tool_call_ids=["call_2", "call_x"]),
+                                       tool_call_ids=["call_2", "call_x"], generation_attempt=0, runner_id=uuid4(),
+                                       fence=Fence(history_version=3)),
         ev.ToolResultsSubmitted: dict(messages=[Message(message_id=11, role="tool", created_by=uuid4(), parts=[
             ToolResultPart(tool_call_id="call_2", tool_name="ask_user", result=[1, "two", {"three": 3.0}])])]),
         ev.RequiresActionCanceled: dict(reason="Tool execution timed out"),
         ev.CompactionRequested: dict(),
         ev.ContextCleared: dict(messages=[full_message(12)]),
         ev.StepCommitted: dict(messages=[full_message(13), small_message(14, "tool", "ok")],
-                               consumed_compaction_request=True),
-        ev.GenerationAttemptRecorded: dict(generation_attempt=3),
+                               consumed_compaction_request=True, generation_attempt=2, runner_id=uuid4(), fence=Fence(runner_id=uuid4(), history_version=7, generation_attempt=2)),
+        ev.GenerationAttemptRecorded: dict(generation_attempt=3, settings=attempt_settings(), runner_id=uuid4(),
+                                           fence=Fence(runner_id=uuid4(), generation_attempt=2)),
         ev.RetryStateRecorded: dict(retry_state={"attempt": 2, "delay_ms": 1500, "error": "rate limited",
-                                                 "nested": {"ok": False, "list": [None, 1, 2.5, "x"]}}),
+                                                 "nested": {"ok": False, "list": [None, 1, 2.5, "x"]}},
+                                    generation_attempt=2, runner_id=None, fence=None),
         ev.ChatEnded: dict(messages=[small_message(15, "assistant", "bye")], deleted_queued_message_ids=[5],
                            cascaded_from=uuid4(), cascaded_to=[uuid4(), uuid4()]),
         ev.ArchivedSet: dict(archived=True, cascaded_from=uuid4(), cascaded_to=[uuid4()]),
@@ -523,3 +543,32 @@ def test_wrong_scalar_type_is_not_silently_coerced(corrupt_env, version: int, pa
     raw.rewrite(chat_id, version, _set(path, value))
     message = _read_error(app, chat_id)
     assert f"$.{path[-1]}" in message
+
+
+# -- payloads written before the worker fields existed (hand-written in the old shape, never regenerated) --
+
+OLD_PAYLOADS = {
+    ev.StepCommitted: b'{"timestamp":"2026-01-05T10:00:00.000001+00:00","messages":[{"message_id":3,"role":"assistant",'
+                      b'"parts":[{"type":"text","text":"ok"}]}],"consumed_compaction_request":false}',
+    ev.GenerationAttemptRecorded: b'{"timestamp":"2026-01-05T10:00:00+00:00","generation_attempt":2}',
+    ev.RetryStateRecorded: b'{"timestamp":"2026-01-05T10:00:00+00:00","retry_state":{"attempt":2,"delay_ms":2000}}',
+    ev.TurnFinished: b'{"timestamp":"2026-01-05T10:00:00+00:00","messages":[]}',
+    ev.TurnFailed: b'{"timestamp":"2026-01-05T10:00:00+00:00","last_error":{"message":"boom"},"messages":[]}',
+    ev.InterruptionFinished: b'{"timestamp":"2026-01-05T10:00:00+00:00","messages":[],"unowned":true}',
+    ev.RequiresActionEntered: b'{"timestamp":"2026-01-05T10:00:00+00:00","deadline":"2026-01-05T10:05:00+00:00",'
+                              b'"tool_call_ids":["c1"]}',
+}
+
+
+def test_worker_events_recorded_before_the_new_fields_decode_with_none() -> None:
+    from eventsourcing.persistence import StoredEvent
+
+    mapper = MsgspecMapper()
+    for cls, data in OLD_PAYLOADS.items():
+        e = mapper.to_domain_event(StoredEvent(originator_id=uuid4(), originator_version=4, topic=cls.TOPIC, state=data))
+        assert type(e) is cls
+        assert (getattr(e, "runner_id"), getattr(e, "fence")) == (None, None), cls.__name__
+        if cls is ev.GenerationAttemptRecorded:
+            assert (e.generation_attempt, e.settings) == (2, None)
+        else:
+            assert e.generation_attempt is None, cls.__name__
