@@ -215,7 +215,8 @@ def show(c: Ctx, chat_id: str, at_version: int | None, as_json: bool, as_of: str
     """Full state of one chat: messages (deleted ones included), queue, policy, unresolved tool calls."""
     if at_version is not None and as_of is not None:
         raise click.UsageError("use --at or --as-of, not both")
-    data = shown_chat(c.app, parse_uuid(chat_id), at_version, as_of)
+    cid = parse_uuid(chat_id)  # a bad id is refused before the ledger is opened
+    data = shown_chat(c.app, cid, at_version, as_of)
     if as_json:
         emit_json(data)
         return
