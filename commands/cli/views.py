@@ -7,6 +7,7 @@ appears on a terminal when there is more than a moment's work; piped output stay
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 import time
@@ -166,6 +167,22 @@ def projections_rebuild(c: Ctx, name: str | None, blue_green: bool, accept_diff:
         sys.exit(1)
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _stop_on_signals(stop: threading.Event) -> dict[int, Any]:
+    """SIGINT and SIGTERM end a follow cleanly, also when the shell that started it ignored SIGINT (a
+    background job of a non-interactive shell inherits SIG_IGN, which Python then leaves in place)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, lambda *_: stop.set()) for sig in _STOP_SIGNALS}
+
+
+def _restore_signals(previous: dict[int, Any]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
 @projections.command("follow")
 @click.option("--poll", "poll_interval", type=float, default=1.0, show_default=True, help="Polling interval (s).")
 @click.option("--for", "duration", type=float, default=None, help="Stop after this many seconds.")
@@ -197,6 +214,7 @@ def projections_follow(c: Ctx, poll_interval: float, duration: float | None, bat
     worker.start()
     started = time.monotonic()
     tty = sys.stderr.isatty()
+    previous = _stop_on_signals(stop)
     try:
         while not stop.wait(0.5):
             if duration is not None and time.monotonic() - started >= duration:
@@ -208,6 +226,7 @@ def projections_follow(c: Ctx, poll_interval: float, duration: float | None, bat
         pass
     finally:
         stop.set()
+        _restore_signals(previous)
         worker.join(timeout=30)
         if tty:
             click.echo("", err=True)

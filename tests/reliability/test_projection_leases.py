@@ -188,3 +188,22 @@ def _tables(url: str) -> list[str]:
     with raw._pg() as conn:
         return [r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s",
                                            (raw.db.schema,)).fetchall()]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_follow_stops_on_a_signal_even_when_its_shell_ignored_sigint(db_url: str, app: Any, sig: int) -> None:
+    """A background job of a non-interactive shell (`chat-ledger projections follow &` in a script, or a CI
+    runner) starts with SIGINT ignored; Python leaves SIG_IGN in place, so such a follower used to run on
+    after Ctrl-C or `kill -INT`. Both SIGINT and SIGTERM must end it cleanly (exit 0, views caught up)."""
+    generate(app, events=200, seed=7)
+    # as a script's background job would start it: SIGINT ignored, inherited through exec
+    follower = subprocess.Popen(["sh", "-c", 'trap "" INT; exec "$@"', "sh", sys.executable, "-m",
+                                 "commands.cli.main", "--db", db_url, "projections", "follow", "--poll", "0.05"],
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with open_backend(db_url) as backend:
+        wait_for(lambda: backend.position("chat_views", maintained(backend)) == app.head()
+                 or follower.poll() is not None, 60, "the follower to catch up")
+    assert follower.poll() is None, finish(follower)
+    follower.send_signal(sig)
+    code, out, err = finish(follower, timeout=60)
+    assert code == 0, (out, err)
