@@ -17,7 +17,6 @@ the event that uses it (``model_resolution``).
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from typing import Any
 from uuid import UUID, uuid5
 
@@ -25,24 +24,40 @@ import msgspec
 
 from ledger.base import Emitter
 from ledger.catalog.resolve import (
-    ModelFacts, ModelFactsNeeded, resolve_kept, select_for_create, validate_explicit,
+    ModelFacts,
+    ModelFactsNeeded,
+    select_for_create,
 )
-from ledger.catalog.values import ModelResolution
 from ledger.chat import events as ev
+from ledger.chat.draft import Draft
+from ledger.chat.rules import (
+    CHAT_ENDED,
+    INTERRUPTED_BY_USER,
+    MATRIX,
+    MESSAGE_EDIT,
+    NEW_USER_MESSAGE,
+    NIL_CHAT_ID,
+    PAUSED_HEAD_UNDER_EDIT,
+    QUEUED_PROMOTION,
+    REQUIRES_ACTION_TIMEOUT,
+    TIMED_OUT,
+    TURN_NAMESPACE,
+    USER_MESSAGE,
+    check_fence,
+    fallback_title,
+    narrow_tool_policy,
+    normalize_title,
+    require,
+    turn_id_for,
+    worker_facts,
+)
 from ledger.chat.state import (
-    MAX_QUEUE_SIZE,
     ChatState,
-    MessageInfo,
-    ToolCall,
     has_clearable_history,
     has_compactable_history,
-    last_assistant_index,
-    message_info,
     outstanding_tool_calls,
 )
 from ledger.chat.values import (
-    AttemptSettings,
-    ChatError,
     Fence,
     Message,
     MessageInput,
@@ -55,353 +70,25 @@ from ledger.chat.values import (
 )
 from ledger.errors import LedgerError, invalid_command, transition_not_allowed
 
-# -- reference §2.1: cancellation reasons (exact texts) -----------------------------------------------
-NEW_USER_MESSAGE = "Tool execution interrupted by new user message"
-QUEUED_PROMOTION = "Tool execution interrupted by queued message promotion"
-USER_MESSAGE = "Tool execution interrupted by user message"
-MESSAGE_EDIT = "Tool execution interrupted by message edit"
-INTERRUPTED_BY_USER = "Tool execution interrupted by user"
-TIMED_OUT = "Tool execution timed out"
-CHAT_ENDED = "Tool execution interrupted because the chat was ended"
-INVALID_STATE_CANCELED = "Tool execution canceled due to invalid chat state"
-#: ReconcileInvalidState's default ``last_error`` (chatd-queue-editing.md §7)
-INVALID_STATE_ERROR = "chat was in an invalid state; send a new message or edit history to continue"
-PAUSED_HEAD_UNDER_EDIT = ("paused_queued_head_under_edit",
-                          "chat is paused at a queued message under edit; finish editing, send, or remove it first")
-
-REQUIRES_ACTION_TIMEOUT = timedelta(minutes=5)
-TITLE_MAX = 200
-TURN_NAMESPACE = UUID("6f0b7c8e-2d4b-5c1e-9a57-3f1c2b0d9e41")
-NIL_CHAT_ID = UUID(int=0)
-
-_LIVE = ("W", "E0", "E1", "R0", "R1", "I0", "I1", "A0", "A1")
-#: busy or error states whose queue head is under edit ("1P")
-_HEAD_UNDER_EDIT = ("E1P", "R1P", "I1P", "A1P")
-
-#: transition -> {from execution state: allowed resulting states} (reference §3, CONTRACT §2, and the
-#: "1P" matrix of chatd-queue-editing.md §2: a 1P state admits what its "1" sibling admits, P is idle)
-MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
-    "SetArchived": {"W": ("XW",), "E0": ("XE0",), "E1": ("XE1",), "E1P": ("XE1P",),
-                    "XW": ("W",), "XE0": ("E0",), "XE1": ("E1",), "XE1P": ("E1P",)},
-    "SendMessage": {"W": ("R0",), "E0": ("R0",), "E1": ("R1", "R1P"), "E1P": ("E1P",), "R0": ("R1",),
-                    "R1": ("R1",), "R1P": ("R1P",), "I0": ("I1",), "I1": ("I1",), "I1P": ("I1P",),
-                    "A0": ("A1",), "A1": ("A1",), "A1P": ("A1P",), "P": ("P",)},
-    "SendMessageInterrupt": {"W": ("R0",), "E0": ("R0",), "E1": ("R1", "R1P"), "E1P": ("E1P",),
-                             "R0": ("I1",), "R1": ("I1",), "R1P": ("I1P",), "I0": ("I1",), "I1": ("I1",),
-                             "I1P": ("I1P",), "A0": ("R1",), "A1": ("R1",), "A1P": ("R1P",), "P": ("P",)},
-    "EditMessage": {s: ("R0",) for s in _LIVE + _HEAD_UNDER_EDIT + ("P",)},
-    "RequestCompaction": {"W": ("R0",), "E0": ("R0",), "E1": ("R1",), "E1P": ("R1P",)},
-    "ClearContext": {"W": ("W",), "E0": ("W",)},
-    "DeleteQueuedMessage": {"E1": ("E0", "E1", "E1P"), "E1P": ("E0", "E1", "E1P"),
-                            "R1": ("R0", "R1", "R1P"), "R1P": ("R0", "R1", "R1P"),
-                            "I1": ("I0", "I1", "I1P"), "I1P": ("I0", "I1", "I1P"),
-                            "A1": ("A0", "A1", "A1P"), "A1P": ("A0", "A1", "A1P"),
-                            "P": ("P", "W", "R0", "R1")},
-    "PromoteQueuedMessage": {"E1": ("R0", "R1", "R1P"), "E1P": ("R0", "R1", "R1P"), "R1": ("I1",),
-                             "R1P": ("I1",), "I1": ("I1",), "I1P": ("I1",), "A1": ("R0", "R1", "R1P"),
-                             "A1P": ("R0", "R1", "R1P"), "P": ("R0", "R1", "R1P")},
-    "EditQueuedMessage": {"E1": ("E1", "E1P"), "E1P": ("E1", "E1P"), "R1": ("R1", "R1P"),
-                          "R1P": ("R1", "R1P"), "I1": ("I1", "I1P"), "I1P": ("I1", "I1P"),
-                          "A1": ("A1", "A1P"), "A1P": ("A1", "A1P"), "P": ("P", "R0", "R1")},
-    "Interrupt": {"R0": ("I0",), "R1": ("I1",), "R1P": ("I1P",), "A0": ("R0",), "A1": ("R1",),
-                  "A1P": ("R1P",)},
-    "CompleteRequiresAction": {"A0": ("R0",), "A1": ("R1",), "A1P": ("R1P",)},
-    "CancelRequiresAction": {"A0": ("R0",), "A1": ("R1",), "A1P": ("R1P",)},
-    "RecordGenerationAttempt": {"R0": ("R0",), "R1": ("R1",), "R1P": ("R1P",)},
-    "RecordRetryState": {"R0": ("R0",), "R1": ("R1",), "R1P": ("R1P",)},
-    "CommitStep": {"R0": ("R0",), "R1": ("R1",), "R1P": ("R1P",)},
-    "EnterRequiresAction": {"R0": ("A0",), "R1": ("A1",), "R1P": ("A1P",)},
-    "FinishTurn": {"R0": ("W",), "R1": ("R0", "R1", "R1P"), "R1P": ("P",)},
-    "FinishInterruption": {"I0": ("W",), "I1": ("R0", "R1", "R1P"), "I1P": ("P",)},
-    "FinishError": {"W": ("E0",), "R0": ("E0",), "R1": ("E1",), "R1P": ("E1P",)},
-    "FailIdle": {"W": ("E0",)},
-    # Inferred (chatd-queue-editing.md §4): EndChat from a 1P state clears the queue with its edit marker
-    # like any queue; P hosts no turn, so no hook outcome can end it.
-    "EndChat": {s: ("XW",) for s in _LIVE + _HEAD_UNDER_EDIT},
-    "ReconcileInvalidState": {"Invalid": ("E0", "E1", "E1P")},
-}
-#: Transition names as they appear in error messages.
-TRANSITION_NAME = {"SendMessageInterrupt": "SendMessage"}
-
-
-def require(state: ChatState, transition: str) -> str:
-    """The chat's execution state, if ``transition`` is allowed from it; else the matrix error. From
-    Invalid only ReconcileInvalidState is allowed (every other transition: ``invalid_state``)."""
-    st = state.execution_state
-    if st == "Invalid" and transition != "ReconcileInvalidState":
-        raise LedgerError("invalid_state", "chat is in an invalid execution state")
-    if st not in MATRIX[transition]:
-        reason = "reconcile is only valid for invalid states" if transition == "ReconcileInvalidState" else None
-        raise transition_not_allowed(TRANSITION_NAME.get(transition, transition), st, reason)
-    return st
-
-
-# -- fences (chatd ``loadChatForTask`` / ``verifyTaskFence`` / ``generationAttemptFence``) ----------------
-
-#: the status each worker command requires of the chat when it carries a fence (chatd loads the chat for
-#: the task with that status: the generation task runs on ``running``, the interrupt task on ``interrupting``)
-FENCED_STATUS = {
-    "CommitStep": "running", "FinishTurn": "running", "FinishError": "running", "EnterRequiresAction": "running",
-    "RecordRetryState": "running", "RecordGenerationAttempt": "running", "FinishInterruption": "interrupting",
-}
-
-
-def fence_mismatch(message: str) -> LedgerError:
-    return LedgerError("fence_mismatch", message)
-
-
-def check_fence(state: ChatState, fence: Fence | None, transition: str) -> None:
-    """Refuse a worker command whose fence does not match the chat as it is, with chatd's wording and in
-    chatd's order: the owner, the status the task requires, not archived, the history version, then the
-    generation attempt (``<stored> != <given>``). No fence: nothing is checked (the command behaves as
-    without fences)."""
-    if fence is None:
-        return
-    if fence.runner_id is not None and (state.worker_id is None or state.runner_id != fence.runner_id):
-        raise fence_mismatch("chat not owned by task")
-    status = FENCED_STATUS[transition]
-    if state.status != status:
-        raise fence_mismatch(f"chat status mismatch: {state.status} != {status}")
-    if state.archived:
-        raise fence_mismatch("chat archived")
-    if fence.history_version is not None and state.history_version != fence.history_version:
-        raise fence_mismatch(f"chat history version mismatch: {state.history_version} != {fence.history_version}")
-    if fence.generation_attempt is not None and state.generation_attempt != fence.generation_attempt:
-        raise fence_mismatch(f"generation fence mismatch: {state.generation_attempt} != {fence.generation_attempt}")
-
-
-def fence_of(state: ChatState) -> Fence:
-    """The fence a worker acting on the chat as it is now sends with its next command (``next-action``)."""
-    return Fence(runner_id=state.runner_id, history_version=state.history_version,
-                 generation_attempt=state.generation_attempt)
-
-
-def worker_facts(state: ChatState, fence: Fence | None) -> dict[str, Any]:
-    """What a worker event records of the command: the attempt and runner it belongs to, and its fence."""
-    return {"generation_attempt": state.generation_attempt, "runner_id": state.runner_id, "fence": fence}
-
-
-class SettingsNeeded(Exception):
-    """Raised by ``record_generation_attempt`` when no settings were given and the checks passed: the
-    handler resolves what the attempt runs with at this position and decides again with them."""
-
-
-def turn_id_for(chat_id: UUID, kind: str, number: int) -> UUID:
-    return uuid5(TURN_NAMESPACE, f"{chat_id}/{kind}/{number}")
-
-
-def fallback_title(parts: list[Part]) -> str:
-    text = " ".join("".join(p.text for p in parts if isinstance(p, TextPart)).split())
-    if not text:
-        return "New chat"
-    return text if len(text) <= 80 else text[:79].rstrip() + "…"
-
-
-def normalize_title(title: str) -> str:
-    title = title.strip()
-    if not title:
-        raise invalid_command("Title cannot be empty.")
-    if len(title) > TITLE_MAX:
-        raise invalid_command(f"Title must be at most {TITLE_MAX} characters.")
-    return title
-
-
-def narrow_tool_policy(current: list[str] | None, incoming: list[str] | None) -> list[str] | None:
-    """Hook tool policy narrowing (TR-H NarrowHookAllowedTools): None incoming keeps the current policy;
-    no current policy adopts the incoming one; otherwise the intersection in the incoming order. Never widens."""
-    if incoming is None:
-        return current
-    deduped = list(dict.fromkeys(incoming))
-    if current is None:
-        return deduped
-    allowed = set(current)
-    return [t for t in deduped if t in allowed]
-
-
-class Draft:
-    """The messages a command inserts, in order, with ids continuing the chat's sequence, and the
-    message index as it will be after them (for rules that look at the batch itself)."""
-
-    def __init__(self, state: ChatState, em: Emitter, models: ModelFacts | None = None) -> None:
-        self.state = state
-        self.em = em
-        self.models = models
-        self.next_id = state.next_message_id
-        self.added: list[MessageInfo] = []
-        self.policy = state.hook_allowed_tools
-        self.queue = list(state.queue)
-        self.editing = state.editing_queued_message_id  # the queued prompt under edit, as the events leave it
-        self._answered: set[str] | None = None  # calls of the latest assistant message with a result
-
-    def facts(self) -> ModelFacts:
-        if self.models is None:
-            raise ModelFactsNeeded()
-        return self.models
-
-    def explicit(self, model_config_id: UUID | None) -> ModelResolution | None:
-        """An explicitly chosen model, validated against the chat's organization; None when none given."""
-        if model_config_id is None:
-            return None
-        return validate_explicit(self.facts(), model_config_id)
-
-    def kept(self) -> ModelResolution | None:
-        """The chat keeps its model (validated at generation time, ``resolve_model``)."""
-        mid = self.state.model_config_id
-        return ModelResolution(model_config_id=mid, source="chat_model") if mid is not None else None
-
-    def _check_results(self, msg: Message) -> None:
-        """A tool call is resolved at most once: a second result for a call of the latest assistant
-        message is refused, whoever submits it (a worker step, partial output, a prefix)."""
-        if msg.compressed:
-            return
-        if msg.role == "assistant":
-            self._answered = {p.tool_call_id for p in msg.parts if isinstance(p, ToolResultPart)}
-            return
-        if msg.role != "tool":
-            return
-        if self._answered is None:
-            calls = {c.tool_call_id for c in self.outstanding()}
-            i = last_assistant_index(self.state)
-            all_calls = {c.tool_call_id for c in self.state.messages[i].calls} if i >= 0 else set()
-            self._answered = all_calls - calls
-        for p in msg.parts:
-            if isinstance(p, ToolResultPart):
-                if p.tool_call_id in self._answered:
-                    raise LedgerError("tool_result_duplicate", "duplicate tool_call_id submitted")
-                self._answered.add(p.tool_call_id)
-
-    def message(self, m: MessageInput, *, role: str | None = None, turn_id: UUID | None = None,
-                created_by: UUID | None = None, model_config_id: UUID | None = None,
-                queued_message_id: int | None = None, visibility: str | None = None) -> Message:
-        msg = Message(
-            message_id=self.next_id, role=role or m.role, parts=m.parts,  # type: ignore[arg-type]
-            visibility=visibility or m.visibility,  # type: ignore[arg-type]
-            turn_id=turn_id, created_by=created_by or m.created_by,
-            model_config_id=model_config_id or m.model_config_id, usage=m.usage,
-            context_limit=m.context_limit, compressed=m.compressed, queued_message_id=queued_message_id,
-        )
-        self._check_results(msg)
-        self.next_id += 1
-        self.added.append(message_info(msg, self.em.timestamp))
-        return msg
-
-    def messages(self, inputs: list[MessageInput], **kw: Any) -> list[Message]:
-        return [self.message(m, **kw) for m in inputs]
-
-    def index(self) -> list[MessageInfo]:
-        return self.state.messages + self.added if self.added else self.state.messages
-
-    def outstanding(self, dynamic_only: bool = False) -> list[ToolCall]:
-        return outstanding_tool_calls(self.state, dynamic_only, messages=self.index())
-
-    def cancel(self, reason: str, dynamic_only: bool = False) -> None:
-        """Synthetic error results for the latest assistant message's outstanding calls (reference §2)."""
-        calls = self.outstanding(dynamic_only)
-        if not calls:
-            return
-        msgs = [
-            self.message(
-                MessageInput(role="tool", parts=[ToolResultPart(
-                    tool_call_id=c.tool_call_id, tool_name=c.tool_name, result=reason, is_error=True)]),
-                turn_id=self.state.turn_id, model_config_id=self.state.model_config_id,
-            )
-            for c in calls
-        ]
-        self.em.emit(ev.ToolCallsCanceled, reason=reason, dynamic_only=dynamic_only, messages=msgs)
-
-    def queue_prompt(self, message: MessageInput, *, created_by: UUID | None, turn_id: UUID | None,
-                     prefix: list[MessageInput], hook_allowed_tools: list[str] | None,
-                     model_config_id: UUID | None, max_queue_size: int | None = None) -> QueuedPrompt:
-        """Append a prompt at the tail. The cap is the send's ``max_queue_size`` (default 20), checked only
-        here, where a row is queued; the count includes a row under edit (chatd-queue-editing.md §8)."""
-        cap = MAX_QUEUE_SIZE if max_queue_size is None else max_queue_size
-        if cap <= 0:
-            raise invalid_command(f"insert queued: max queue size must be positive, got {cap}")
-        if len(self.queue) >= cap:
-            raise LedgerError("queue_full", f"chat message queue is full (max {cap})")
-        qid = self.state.next_queued_message_id
-        prompt = QueuedPrompt(
-            queued_message_id=qid, position=qid, parts=message.parts,
-            created_by=created_by or message.created_by or self.state.owner_id,
-            turn_id=turn_id or turn_id_for(self.state.chat_id, "queued", qid),
-            hook_prefix=prefix, hook_allowed_tools=hook_allowed_tools,
-            model_config_id=model_config_id or message.model_config_id,
-            created_at=self.em.timestamp,
-        )
-        self.em.emit(ev.PromptQueued, prompt=prompt)
-        self.queue.append(prompt)
-        return prompt
-
-    def head_under_edit(self) -> bool:
-        return bool(self.queue) and self.queue[0].queued_message_id == self.editing
-
-    def promote_head(self) -> None:
-        """Promote the queue head: its hook prefix (stamped with its turn id) then the prompt; its tool
-        policy applied; its reasoning effort carried; its row deleted (reference §4). Never a head under
-        edit (callers pause or end the edit first)."""
-        head = self.queue[0]
-        assert head.queued_message_id != self.editing, "a queued prompt under edit is never promoted"
-        # Re-resolve the queued model (reference §6.3): kept when usable in the chat's organization, else
-        # the organization's usable default; none refuses the promotion (no_default_model).
-        if head.model_config_id is not None:
-            resolution = resolve_kept(self.facts(), head.model_config_id, "explicit")
-        else:
-            resolution = resolve_kept(self.facts(), self.state.model_config_id, "chat_model")
-        self.queue.pop(0)
-        prefix = self.messages(head.hook_prefix, turn_id=head.turn_id)
-        prompt = self.message(
-            MessageInput(role="user", parts=head.parts), role="user", visibility="both",
-            turn_id=head.turn_id, created_by=head.created_by, model_config_id=resolution.model_config_id,
-            queued_message_id=head.queued_message_id,
-        )
-        before = self.policy
-        self.policy = narrow_tool_policy(before, head.hook_allowed_tools)
-        self.em.emit(
-            ev.QueuedPromptPromoted, queued_message_id=head.queued_message_id, turn_id=head.turn_id,
-            prompt_message_id=prompt.message_id, messages=prefix + [prompt],
-            hook_allowed_tools=head.hook_allowed_tools, tool_policy_before=before, tool_policy=self.policy,
-            model_config_id=resolution.model_config_id, model_resolution=resolution,
-            reasoning_effort=head.reasoning_effort,
-        )
-
-    def at_boundary(self) -> None:
-        """A turn (or interruption) ended: promote the ready head, or pause at a head under edit (no
-        cancellation, no promotion: chatd-queue-editing.md §4); nothing when the queue is empty."""
-        if not self.queue:
-            return
-        if self.head_under_edit():
-            self.em.emit(ev.ChatPaused, queued_message_id=self.queue[0].queued_message_id)
-        else:
-            self.promote_head()
-
-    def finish_interruption(self, partial: list[MessageInput], *, unowned: bool = False,
-                            fence: Fence | None = None) -> None:
-        msgs = self.messages(partial, turn_id=self.state.turn_id)
-        if self.outstanding():
-            raise transition_not_allowed("FinishInterruption", self.state.execution_state,
-                                         "outstanding tool calls remain after partial commit")
-        self.em.emit(ev.InterruptionFinished, messages=msgs, unowned=unowned, **worker_facts(self.state, fence))
-        self.at_boundary()
-
-    # -- queue events, mirrored on the draft's queue -----------------------------------------------------
-    def delete_queued(self, queued_message_id: int) -> None:
-        self.em.emit(ev.QueuedPromptDeleted, queued_message_id=queued_message_id)
-        self.queue = [q for q in self.queue if q.queued_message_id != queued_message_id]
-        if self.editing == queued_message_id:
-            self.editing = None
-
-    def end_edit(self, queued_message_id: int, cause: str) -> None:
-        self.em.emit(ev.QueuedPromptEditEnded, queued_message_id=queued_message_id, cause=cause)
-        self.editing = None
-
-    def resume(self, cause: str, queued_message_id: int | None) -> None:
-        """The pause ended (the event just emitted ended it): record the resume, then promote the ready
-        head as a queue promotion does — every outstanding call canceled (chatd ``resumeIfUnpaused``)."""
-        self.em.emit(ev.ChatResumed, cause=cause, queued_message_id=queued_message_id,
-                     status="running" if self.queue else "waiting")
-        if self.queue:
-            self.cancel(QUEUED_PROMOTION)
-            self.promote_head()
+# The whole chat decider is one namespace (``from ledger.chat import decide as d``); its shared rules and
+# the worker's transitions live in their own modules.
+from ledger.chat.rules import FENCED_STATUS as FENCED_STATUS  # noqa: I001
+from ledger.chat.rules import INVALID_STATE_CANCELED as INVALID_STATE_CANCELED
+from ledger.chat.rules import INVALID_STATE_ERROR as INVALID_STATE_ERROR
+from ledger.chat.rules import SettingsNeeded as SettingsNeeded
+from ledger.chat.rules import fence_of as fence_of
+from ledger.chat.worker import (
+    abandon as abandon,
+    acquire as acquire,
+    commit_step as commit_step,
+    fail_idle as fail_idle,
+    finish_error as finish_error,
+    finish_interruption as finish_interruption,
+    finish_turn as finish_turn,
+    reconcile_invalid_state as reconcile_invalid_state,
+    record_generation_attempt as record_generation_attempt,
+    record_retry_state as record_retry_state,
+)
 
 
 # -- create ------------------------------------------------------------------------------------------
@@ -760,90 +447,6 @@ def enter_requires_action(state: ChatState, em: Emitter, *, fence: Fence | None 
     return em.events
 
 
-# -- the worker's transitions ---------------------------------------------------------------------------
-
-def record_generation_attempt(state: ChatState, em: Emitter, *, settings: AttemptSettings | None = None,
-                              fence: Fence | None = None) -> list[Any]:
-    """A new generation attempt with what it runs with: ``settings`` as the runner passed them, or (None)
-    ``SettingsNeeded`` once the checks pass, for the handler to resolve them and decide again."""
-    check_fence(state, fence, "RecordGenerationAttempt")
-    require(state, "RecordGenerationAttempt")
-    if settings is None:
-        raise SettingsNeeded()
-    em.emit(ev.GenerationAttemptRecorded, generation_attempt=state.generation_attempt + 1, settings=settings,
-            runner_id=state.runner_id, fence=fence)
-    return em.events
-
-
-def record_retry_state(state: ChatState, em: Emitter, *, retry_state: dict[str, Any],
-                       fence: Fence | None = None) -> list[Any]:
-    check_fence(state, fence, "RecordRetryState")
-    require(state, "RecordRetryState")
-    if not retry_state:
-        raise invalid_command("RecordRetryState requires a retry payload")
-    em.emit(ev.RetryStateRecorded, retry_state=retry_state, **worker_facts(state, fence))
-    return em.events
-
-
-def commit_step(state: ChatState, em: Emitter, *, messages: list[MessageInput],
-                consume_compaction_request: bool = False, fence: Fence | None = None) -> list[Any]:
-    check_fence(state, fence, "CommitStep")
-    require(state, "CommitStep")
-    if not messages:
-        raise invalid_command("CommitStep requires at least one message")
-    d = Draft(state, em)
-    msgs = d.messages(messages, turn_id=state.turn_id)
-    em.emit(ev.StepCommitted, messages=msgs,
-            consumed_compaction_request=consume_compaction_request and state.compaction_requested_at is not None,
-            **worker_facts(state, fence))
-    return em.events
-
-
-def finish_turn(state: ChatState, em: Emitter, models: ModelFacts | None = None, *,
-                fence: Fence | None = None) -> list[Any]:
-    """R0 -> W; R1 -> the head promoted (calls canceled first); R1P -> paused at the head under edit."""
-    check_fence(state, fence, "FinishTurn")
-    st = require(state, "FinishTurn")
-    d = Draft(state, em, models)
-    if st == "R1":
-        d.cancel(QUEUED_PROMOTION)
-    em.emit(ev.TurnFinished, messages=[], **worker_facts(state, fence))
-    d.at_boundary()
-    return em.events
-
-
-def finish_interruption(state: ChatState, em: Emitter, *, partial_messages: list[MessageInput] = (),  # type: ignore[assignment]
-                        models: ModelFacts | None = None, fence: Fence | None = None) -> list[Any]:
-    check_fence(state, fence, "FinishInterruption")
-    require(state, "FinishInterruption")
-    Draft(state, em, models).finish_interruption(list(partial_messages), fence=fence)
-    return em.events
-
-
-def finish_error(state: ChatState, em: Emitter, *, error: ChatError, fence: Fence | None = None) -> list[Any]:
-    check_fence(state, fence, "FinishError")
-    require(state, "FinishError")
-    em.emit(ev.TurnFailed, last_error=error, messages=[], **worker_facts(state, fence))
-    return em.events
-
-
-def fail_idle(state: ChatState, em: Emitter, *, error: str) -> list[Any]:
-    require(state, "FailIdle")
-    em.emit(ev.IdleChatFailed, last_error=ChatError(message=error, kind="generic"))
-    return em.events
-
-
-def reconcile_invalid_state(state: ChatState, em: Emitter, *, error: ChatError | None = None,
-                            cancellation_reason: str | None = None) -> list[Any]:
-    """ReconcileInvalidState: only from Invalid. Pending dynamic calls canceled; error state, unarchived,
-    the queue and its edit marker kept (E0, E1 or E1P)."""
-    require(state, "ReconcileInvalidState")
-    Draft(state, em).cancel(cancellation_reason or INVALID_STATE_CANCELED, dynamic_only=True)
-    em.emit(ev.InvalidStateReconciled, last_error=error or ChatError(message=INVALID_STATE_ERROR),
-            status_before=state.status, archived_before=state.archived)
-    return em.events
-
-
 def request_compaction(state: ChatState, em: Emitter) -> list[Any]:
     require(state, "RequestCompaction")
     if not has_compactable_history(state):
@@ -907,18 +510,6 @@ def check_family_archive(root: ChatState, archived: bool) -> None:
         raise LedgerError("not_root_chat", "Chat archive state can only be changed on the root chat.")
     if root.archived == archived:
         raise LedgerError("archived_flag_unchanged", "SetArchived input matches the current archived flag")
-
-
-def acquire(state: ChatState, em: Emitter, *, worker_id: UUID, runner_id: UUID) -> list[Any]:
-    em.emit(ev.ChatAcquired, worker_id=worker_id, runner_id=runner_id)
-    return em.events
-
-
-def abandon(state: ChatState, em: Emitter) -> list[Any]:
-    if state.worker_id is None:
-        raise LedgerError("not_owned", "chat is not owned")
-    em.emit(ev.ChatAbandoned)
-    return em.events
 
 
 def set_title(state: ChatState, em: Emitter, *, title: str) -> list[Any]:

@@ -32,7 +32,7 @@ UNRESOLVED_KEYS = {"chat_id", "assistant_message_id", "tool_call_id", "tool_name
                    "since"}
 #: every chat command result has these (CONTRACT §4); others "as relevant" (and fields may be added)
 RESULT_KEYS = {"chat_id", "status", "execution_state", "archived", "queue_length", "version"}
-CHAT_COMMAND_TYPES = {command_type(c) for c in HANDLERS if c.__module__ == "commands.chat"}
+CHAT_COMMAND_TYPES = {command_type(c) for c in HANDLERS if c.__module__ == "commands.chat_messages"}
 
 
 class LedgerCLI:
