@@ -18,7 +18,7 @@ from ledger.chat import decide as d
 from ledger.chat.aggregate import Chat
 from ledger.chat.state import outstanding_tool_calls
 from ledger.errors import LedgerError
-from ledger.chat.values import MessageInput, TextPart, ToolCallPart, ToolResultPart, Usage
+from ledger.chat.values import ChatError, MessageInput, TextPart, ToolCallPart, ToolResultPart, Usage
 
 ORGS = [uuid.UUID(int=0xA000 + i) for i in range(8)]
 USERS = [uuid.UUID(int=0xB000 + i) for i in range(50)]
@@ -120,7 +120,7 @@ class ChatScript:
         if roll < 0.10:
             return d.interrupt(s, em, models=self.models)
         if roll < 0.12:
-            return d.finish_error(s, em, error=d.ChatError(message="provider overloaded", kind="overloaded"))
+            return d.finish_error(s, em, error=ChatError(message="provider overloaded", kind="overloaded"))
         if roll < 0.45:
             calls = [ToolCallPart(tool_call_id=f"call_{s.version}_{i}", tool_name=rng.choice(["read", "execute", "ask_user"]),
                                   args={"path": f"src/file_{rng.randint(1, 99)}.py"}) for i in range(rng.randint(1, 3))]
