@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from commands import views
-from commands.cli.context import Ctx, emit_json, pass_ctx, print_rows
+from commands.cli.context import Ctx, emit_json, json_lines_flag, json_option, pass_ctx, print_rows
 from commands.eventlog import export_lines, import_lines, stats, verify
 
 
@@ -18,7 +18,7 @@ def events() -> None:
 
 
 @events.command("verify")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+@json_option("Print the report as one JSON object.")
 @click.option("--no-projections", is_flag=True, help="Only decode and replay the streams.")
 @click.option("--decisions", is_flag=True,
               help="Also re-decide every recorded decision with the facts as of its position.")
@@ -41,14 +41,14 @@ def events_verify(c: Ctx, as_json: bool, no_projections: bool, decisions: bool) 
                           if p["position"] is not None else ""))
         if "decisions" in report:
             d = report["decisions"]
-            click.echo(f"  decisions re-decided: " + (", ".join(f"{n} {k}" for k, n in d["checked"].items()) or "none")
+            click.echo("  decisions re-decided: " + (", ".join(f"{n} {k}" for k, n in d["checked"].items()) or "none")
                        + f"; {d['disagreements']} disagreements")
         click.echo("OK" if report["ok"] else f"FAILED: {len(report['anomalies'])} anomalies")
     sys.exit(0 if report["ok"] else 1)
 
 
 @events.command("stats")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@json_lines_flag
 @pass_ctx
 def events_stats(c: Ctx, as_json: bool) -> None:
     """Stored events per topic and stored class version (and the code's class version)."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from commands.cli.context import STATUS_COLUMNS, Ctx, emit_json, pass_ctx, print_table
+from commands.cli.context import STATUS_COLUMNS, Ctx, emit_json, json_option, pass_ctx, print_table
 from commands.handler import apply_lines
 from commands.tools.bench import KINDS, PG_DEFAULT, print_table as print_bench_table, run_bench
 from commands.tools.demo import SCENARIOS, expected_refusals, fresh_ids, scenario_files
@@ -100,7 +100,7 @@ def print_summary(s: dict[str, Any]) -> None:
                                             "agreement on a sample of decisions; exit 1 on a problem.")
 @click.option("--check-sample", type=click.IntRange(min=0), default=500, show_default=True,
               help="Decision points to re-decide with --check.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option("Print the summary as JSON.")
 @pass_ctx
 def simulate_cmd(c: Ctx, chats: int, seed: int, orgs: int, concurrency: int, salt: str | None, check: bool,
                  check_sample: int, as_json: bool) -> None:
