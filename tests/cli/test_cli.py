@@ -327,7 +327,7 @@ def test_status_filters(cli: LedgerCLI, two_chats: dict[str, str]) -> None:
     assert table[0].split()[:3] == ["chat_id", "execution_state", "status"]
     assert sorted(line.split()[0] for line in table[1:]) == sorted([c[:8], d[:8]])  # short ids (unique here)
     one = cli.run("status", c).stdout.splitlines()
-    assert len(one) == 2 and one[1].split()[:3] == [c, "R1", "running"]
+    assert len(one) == 2 and one[1].split()[:3] == [c[:8], "R1", "running"]
     assert cli.run("status", "--org", str(uuid4())).stdout.strip() == "(none)"
     assert cli.run("status", "--status", "bogus").exit_code == 2  # click validates the choice
 
