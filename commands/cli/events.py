@@ -61,24 +61,32 @@ def events_stats(c: Ctx, as_json: bool) -> None:
 
 @events.command("export")
 @click.option("--since", type=int, default=0, show_default=True, help="Only events after this notification id.")
-@click.option("--output", "-o", type=click.File("wb"), default="-", help="File to write (default stdout).")
+@click.option("--output", "-o", type=click.File("wb"), default="-", help="File to write (- for standard output, the default).")
+@json_option('Print the summary on stderr as JSON ({"exported": N}).')
 @pass_ctx
-def events_export(c: Ctx, since: int, output: Any) -> None:
+def events_export(c: Ctx, since: int, output: Any, as_json: bool) -> None:
     """Write the stored events as JSON lines (a header line first), in notification order."""
     n = -1
     for line in export_lines(c.app, since):
         output.write(line + b"\n")
         n += 1
-    click.echo(f"exported {n} events", err=True)
+    if as_json:
+        emit_json({"exported": n}, err=True)
+    else:
+        click.echo(f"exported {n} events", err=True)
 
 
 @events.command("import")
 @click.argument("file", type=click.File("rb"))
+@json_option('Print the result as JSON ({"imported": N}).')
 @pass_ctx
-def events_import(c: Ctx, file: Any) -> None:
+def events_import(c: Ctx, file: Any, as_json: bool) -> None:
     """Record an export (FILE or - for stdin) into an empty database: every line is checked first, then
     the whole file is recorded in one transaction (all of it or nothing)."""
     said = (lambda count: click.echo(f"validated {count} events; recording them in one transaction", err=True)) \
         if sys.stderr.isatty() else None  # long work talks on a terminal only
     n = import_lines(c.app, file, on_validated=said)
-    click.echo(f"imported {n} events")
+    if as_json:
+        emit_json({"imported": n})
+    else:
+        click.echo(f"imported {n} events")
