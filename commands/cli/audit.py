@@ -3,13 +3,14 @@ queued prompt or turn, by replay of the recorded events (``ledger.audit``)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
 
 from commands.cli.context import (
     Ctx, as_of_options, cell, check_as_of, emit_json, json_option, output_option, pass_ctx, print_differences,
-    tool_policy, write_output,
+    write_output,
 )
 from commands.queries import cut_version, stream_events
 from ledger.audit.timeline import timeline
@@ -47,8 +48,6 @@ def audit(c: Ctx, stream_id: str, at_version: int | None, as_of: str | None, as_
         return
     lines: list[str] = []
     if as_json:
-        import json
-
         lines = [json.dumps({"stream_id": data["stream_id"], "aggregate": data["aggregate"], **entry})
                  for entry in data["events"]]
     else:
@@ -63,9 +62,10 @@ def audit(c: Ctx, stream_id: str, at_version: int | None, as_of: str | None, as_
 def _state_line(kind: str, s: dict[str, Any]) -> str:
     if kind == "chat":
         q = ",".join(f"#{i}" for i in s["queue"]) or "-"
-        return (f"{s['execution_state']} status={s['status']} queue={q} tool policy: {tool_policy(s['policy'])}; "
+        policy = "all" if s["policy"] is None else ("[" + ",".join(s["policy"]) + "]")
+        return (f"{s['execution_state']} status={s['status']} queue={q} policy={policy} "
                 f"model={s['model'] or '-'} messages={s['messages']}"
-                + (f" error: {s['last_error']['message']}" if s["last_error"] else ""))
+                + (f" error={json.dumps(s['last_error']['message'])}" if s["last_error"] else ""))
     return " ".join(f"{k}={cell(v)}" for k, v in s.items())
 
 
