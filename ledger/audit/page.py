@@ -116,7 +116,7 @@ def chat_page(data: dict[str, Any], events: list[Any], settings_at: SettingsAt =
                           "new_message_id": new.message_id if new else None})
     edited = {x["message_id"]: x for x in edits}
 
-    shown_messages = []
+    shown_messages, anchored = [], set()  # a provider id used again later gets its anchor once (the first)
     for m in messages:
         parts = []
         for p in m["parts"]:
@@ -125,12 +125,14 @@ def chat_page(data: dict[str, Any], events: list[Any], settings_at: SettingsAt =
                 parts.append({"kind": kind, "text": p["text"]})
             elif kind == "tool-call":
                 c = call_by_id.get(p["tool_call_id"], {})
-                parts.append({"kind": "call", "tool_call_id": p["tool_call_id"], "tool_name": p["tool_name"],
+                parts.append({"kind": "call", "anchored": _first(anchored, "call", p["tool_call_id"]),
+                              "tool_call_id": p["tool_call_id"], "tool_name": p["tool_name"],
                               "args": json.dumps(p.get("args"), ensure_ascii=False),
                               "result_message_id": c.get("result_message_id"), "execution_id": c.get("execution_id"),
                               "has_execution": c.get("execution") is not None})
             elif kind == "tool-result":
-                parts.append({"kind": "result", "tool_call_id": p["tool_call_id"], "tool_name": p["tool_name"],
+                parts.append({"kind": "result", "anchored": _first(anchored, "result", p["tool_call_id"]),
+                              "tool_call_id": p["tool_call_id"], "tool_name": p["tool_name"],
                               "result": _value(p.get("result")), "is_error": bool(p.get("is_error")),
                               "call_known": p["tool_call_id"] in call_by_id})
             else:
@@ -214,6 +216,13 @@ def chat_page(data: dict[str, Any], events: list[Any], settings_at: SettingsAt =
         "ids": shortest_unique(every_id + children + ([str(created.parent_chat_id)] if created.parent_chat_id else [])),
         "model_names": names,
     }
+
+
+def _first(seen: set[tuple[str, str]], kind: str, ident: str) -> bool:
+    if (kind, ident) in seen:
+        return False
+    seen.add((kind, ident))
+    return True
 
 
 def _parts(m: Any) -> list[dict[str, Any]]:
