@@ -148,7 +148,7 @@ def chat_page(data: dict[str, Any], events: list[Any], settings_at: SettingsAt =
         t = explain_turn(events, str(tid), settings_at)
         end = t["ended"]
         turns.append({"turn_id": str(tid), "started": f"v{t['started']['version']} {t['started']['cause']}",
-                      "model": t["model_explanation"], "policy": policy_text(t["tool_policy"]),
+                      "model": _named(t["model_explanation"], names), "policy": policy_text(t["tool_policy"]),
                       "counts": f"{t['steps']} / {len(t['tool_calls'])} / {len(t['attempts'])}",
                       "ended": "—" if end is None else f"v{end['version']} {end['how']}"
                       + (f": {end['error']['message']}" if end.get("error") else ""),
@@ -189,7 +189,7 @@ def chat_page(data: dict[str, Any], events: list[Any], settings_at: SettingsAt =
         queued.append({"queued_message_id": qid, "queued": f"v{q['queued']['version']}", "by": q["created_by"],
                        "while": q["chat_state_when_queued"], "text": q["text"],
                        "policy": policy_text(q["hook_allowed_tools"]), "prefix": len(q["hook_prefix"]),
-                       "history": history, "outcome": outcome, "model": model})
+                       "history": history, "outcome": outcome, "model": _named(model, names)})
 
     errors = [{"version": e.originator_version, "type": type(e).__name__, "message": e.last_error.message,
                "kind": e.last_error.kind}
@@ -216,6 +216,13 @@ def chat_page(data: dict[str, Any], events: list[Any], settings_at: SettingsAt =
         "ids": shortest_unique(every_id + children + ([str(created.parent_chat_id)] if created.parent_chat_id else [])),
         "model_names": names,
     }
+
+
+def _named(text: str, names: dict[str, str]) -> str:
+    """``text`` with each model config id followed by its model's name."""
+    for cid, name in names.items():
+        text = text.replace(cid, f"{cid[:8]} ({name})")
+    return text
 
 
 def _first(seen: set[tuple[str, str]], kind: str, ident: str) -> bool:
