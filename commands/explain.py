@@ -27,6 +27,19 @@ from ledger.policy.generation import next_action
 from ledger.policy.settings import attempt_settings
 
 
+def _full_ids(events: list[Any], chat_id: UUID, tool_call: str | None, turn: str | None) -> tuple[str | None, str | None]:
+    """A tool call's or a turn's id as given, or the one id of the chat it is a unique prefix of."""
+    from commands.idlookup import among, tool_call_ids, turn_ids
+    from ledger.ids import looks_like_prefix
+
+    if tool_call is not None:
+        tool_call = among(tool_call, tool_call_ids(events), "tool call id", "tool_call_not_found",
+                          f"no tool call {tool_call!r} in chat {chat_id}")
+    if turn is not None and looks_like_prefix(turn) and len(turn) < 36:
+        turn = among(turn, turn_ids(events), "turn id", "turn_not_found", f"no turn {turn} in chat {chat_id}")
+    return tool_call, turn
+
+
 def explain(app: Any, chat_id: UUID, *, tool_call: str | None = None, queued_message: int | None = None,
             turn: str | None = None, version: int | None = None, as_of: str | None = None,
             with_current_settings: bool = False) -> dict[str, Any]:
@@ -36,6 +49,7 @@ def explain(app: Any, chat_id: UUID, *, tool_call: str | None = None, queued_mes
         events = events[:version]
     reader = AsOf(app, index=True)
     position = chat_position(app, chat_id, version) if version is not None else None
+    tool_call, turn = _full_ids(events, chat_id, tool_call, turn)
     if tool_call is not None:
         def execution(eid: UUID, at: int | None = position) -> list[Any]:
             found = load_execution(app, eid)  # its stream (ledger.streams: maybe not at its natural id)

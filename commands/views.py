@@ -15,12 +15,40 @@ from typing import Any, Callable
 from ledger.catalog.views import models_view
 from ledger.chat.views import json_row
 from ledger.errors import LedgerError
-from projections import BuildBusy, ProjectionError, catch_up, prune, rebuild
+from projections import BuildBusy, NoRollback, ProjectionError, catch_up, prune, rebuild, rollback
 
 Progress = Callable[[int, int], None] | None
 
 UNRESOLVED_COLUMNS = ("chat_id", "assistant_message_id", "tool_call_id", "tool_name", "kind", "execution_id", "args",
                       "since")
+
+
+class Window:
+    """What a listing keeps: rows whose time column is in [``since``, ``until``] (ISO 8601, inclusive), then
+    the first ``limit`` of them in the listing's order (None: no bound)."""
+
+    def __init__(self, limit: int | None = None, since: str | None = None, until: str | None = None) -> None:
+        from ledger.audit.timeline import parse_time
+
+        if limit is not None and limit < 0:
+            raise LedgerError("invalid_command", f"limit must be 0 or more, not {limit}")
+        self.limit = limit
+        self.since = parse_time(since) if since else None
+        self.until = parse_time(until) if until else None
+
+    def apply(self, rows: list[dict[str, Any]], time_column: str) -> list[dict[str, Any]]:
+        from ledger.audit.timeline import parse_time
+
+        if self.since is not None or self.until is not None:
+            def inside(r: dict[str, Any]) -> bool:
+                t = parse_time(r[time_column]) if r.get(time_column) else None
+                return t is not None and (self.since is None or t >= self.since) and (self.until is None or t <= self.until)
+
+            rows = [r for r in rows if inside(r)]
+        return rows if self.limit is None else rows[:self.limit]
+
+
+ALL = Window()
 
 
 def all_projections(app: Any) -> list[Any]:
@@ -48,7 +76,9 @@ QUERY_WAIT = 5.0
 
 
 def _ledger_error(e: ProjectionError) -> LedgerError:
-    return LedgerError("projection_busy" if isinstance(e, BuildBusy) else "projection_error", str(e))
+    code = "projection_busy" if isinstance(e, BuildBusy) else "no_previous_build" if isinstance(e, NoRollback) \
+        else "projection_error"
+    return LedgerError(code, str(e))
 
 
 def catch_up_one(app: Any, projection: Any, backend: Any, batch_size: int = 500, progress: Progress = None,
@@ -77,6 +107,21 @@ def prune_one(projection: Any, backend: Any) -> list[int]:
         raise _ledger_error(e) from e
 
 
+def rollback_one(projection: Any, backend: Any) -> Any:
+    """Switch a projection back to its previous build (``no_previous_build`` when there is none to use)."""
+    try:
+        return rollback(projection, backend)
+    except ProjectionError as e:
+        raise _ledger_error(e) from e
+
+
+def switch_log(backend: Any, name: str) -> list[dict[str, Any]]:
+    """A projection's switches, oldest first, as JSON values."""
+    import msgspec
+
+    return [msgspec.to_builtins(s) for s in backend.switches(name)]
+
+
 def catch_up_views(app: Any, backend: Any, names: tuple[str, ...] | None = None) -> Any:
     for projection in selected(app, names):
         catch_up_one(app, projection, backend)
@@ -89,8 +134,10 @@ def query(backend: Any, name: str, table: str, where: dict[str, Any] | None = No
     return [json_row(r) for r in backend.query(name, table, where=where or None, order_by=order_by)]
 
 
-def chat_status(backend: Any, chat_id: Any = None, org: Any = None, status: str | None = None) -> list[dict[str, Any]]:
-    """The chat_status view: one chat (``chat_not_found`` if unknown) or every chat, filtered."""
+def chat_status(backend: Any, chat_id: Any = None, org: Any = None, status: str | None = None,
+                window: Window = ALL) -> list[dict[str, Any]]:
+    """The chat_status view: one chat (``chat_not_found`` if unknown) or every chat, filtered, oldest update
+    first (``window``: ``updated_at`` between since and until, at most limit rows)."""
     where: dict[str, Any] = {}
     if chat_id is not None:
         where["chat_id"] = str(chat_id)
@@ -101,13 +148,21 @@ def chat_status(backend: Any, chat_id: Any = None, org: Any = None, status: str 
     rows = query(backend, "chat_views", "chat_status", where, order_by=["updated_at", "chat_id"])
     if chat_id is not None and not rows:
         raise LedgerError("chat_not_found", "chat not found")
-    return rows
+    return window.apply(rows, "updated_at")
 
 
-def unresolved(backend: Any, chat_id: Any = None, org: Any = None) -> list[dict[str, Any]]:
-    """Unresolved tool calls of each chat's latest assistant message (the unresolved_tool_calls view)."""
+def _known_chat(backend: Any, chat_id: Any) -> None:
+    if not query(backend, "chat_views", "chat_status", {"chat_id": str(chat_id)}):
+        raise LedgerError("chat_not_found", "chat not found")
+
+
+def unresolved(backend: Any, chat_id: Any = None, org: Any = None, window: Window = ALL) -> list[dict[str, Any]]:
+    """Unresolved tool calls of each chat's latest assistant message (the unresolved_tool_calls view), by chat,
+    then in the order the message lists them (``chat_not_found`` for an unknown chat; ``window`` on
+    ``since``, the time of the message)."""
     where: dict[str, Any] = {}
     if chat_id is not None:
+        _known_chat(backend, chat_id)
         where["chat_id"] = str(chat_id)
     if org is not None:
         chats = query(backend, "chat_views", "chat_status", {"organization_id": str(org)})
@@ -115,17 +170,19 @@ def unresolved(backend: Any, chat_id: Any = None, org: Any = None) -> list[dict[
         if not where["chat_id"]:
             return []
     rows = query(backend, "chat_views", "unresolved_tool_calls", where,
-                 order_by=["chat_id", "assistant_message_id", "since"])
-    return [{k: r[k] for k in UNRESOLVED_COLUMNS} for r in rows]
+                 order_by=["chat_id", "assistant_message_id", "call_index"])
+    return window.apply([{k: r[k] for k in UNRESOLVED_COLUMNS} for r in rows], "since")
 
 
-def chat_queue(backend: Any, chat_id: Any) -> list[dict[str, Any]]:
-    """Queued prompts of a chat, head first (the chat_queue view)."""
-    return query(backend, "chat_views", "chat_queue", {"chat_id": str(chat_id)},
-                 order_by=["position", "queued_message_id"])
+def chat_queue(backend: Any, chat_id: Any, limit: int | None = None) -> list[dict[str, Any]]:
+    """Queued prompts of a chat, head first (the chat_queue view; ``chat_not_found`` for an unknown chat)."""
+    _known_chat(backend, chat_id)
+    return Window(limit).apply(query(backend, "chat_views", "chat_queue", {"chat_id": str(chat_id)},
+                                     order_by=["position", "queued_message_id"]), "editing_since")
 
 
-def conversations(backend: Any, conversation_id: Any = None, status: str | None = None) -> list[dict[str, Any]]:
+def conversations(backend: Any, conversation_id: Any = None, status: str | None = None,
+                  window: Window = ALL) -> list[dict[str, Any]]:
     """The conversations view (``conversation_not_found`` for an unknown id)."""
     where: dict[str, Any] = {}
     if conversation_id is not None:
@@ -135,7 +192,7 @@ def conversations(backend: Any, conversation_id: Any = None, status: str | None 
     rows = query(backend, "conversations", "conversations", where, order_by=["updated_at", "conversation_id"])
     if conversation_id is not None and not rows:
         raise LedgerError("conversation_not_found", "conversation not found")
-    return rows
+    return window.apply(rows, "updated_at")
 
 
 def organization_models(app: Any, backend: Any, org_id: Any, user_id: Any = None) -> dict[str, Any]:
@@ -149,6 +206,8 @@ def organization_models(app: Any, backend: Any, org_id: Any, user_id: Any = None
         mine = r.query("users", where={"organization_id": str(org_id), "user_id": str(user_id)}) if user_id else []
     deployment = find_deployment(app)
     if not orgs:
+        if find_catalog(app, org_id) is None:
+            raise LedgerError("organization_not_found", "organization not found")
         return models_view(org_id, None, deployment, user_id)
     view = view_row(orgs[0])
     if user_id is not None:

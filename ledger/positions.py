@@ -93,3 +93,23 @@ def _postgres(recorder: Any, query: str, params: tuple[Any, ...]) -> list[Any]:
     with recorder.datastore.transaction(commit=False) as c:
         c.execute(statement, params)
         return list(c.fetchall())
+
+
+def streams_with_prefix(recorder: Any, hex_prefix: str, limit: int = 50) -> list[tuple[UUID, str]]:
+    """``(stream id, topic of its first event)`` of the streams whose id starts with ``hex_prefix`` (lower-case
+    hex digits, no hyphens), at most ``limit``, in id order: one range read of the primary key."""
+    kind = _kind(recorder)
+    lo, hi = UUID(hex_prefix.ljust(32, "0")), UUID(hex_prefix.ljust(32, "f"))
+    if kind == "popo":
+        found = sorted((UUID(sid), index) for sid, index in recorder._stored_events_index.items()
+                       if lo <= UUID(sid) <= hi and 1 in index)
+        return [(sid, recorder._stored_events[index[1]].topic) for sid, index in found[:limit]]
+    if kind == "sqlite":
+        rows = _sqlite(recorder, f"SELECT originator_id, topic FROM {recorder.events_table_name} "
+                                 "WHERE originator_id >= ? AND originator_id <= ? AND originator_version = 1 "
+                                 f"ORDER BY originator_id LIMIT {int(limit)}", (lo.hex, hi.hex))
+        return [(UUID(r[0]), r[1]) for r in rows]
+    rows = _postgres(recorder, "SELECT originator_id, topic FROM {table} WHERE originator_id BETWEEN %s AND %s "
+                               f"AND originator_version = 1 ORDER BY originator_id LIMIT {int(limit)}", (lo, hi))
+    return [(r["originator_id"] if isinstance(r["originator_id"], UUID) else UUID(str(r["originator_id"])), r["topic"])
+            for r in rows]

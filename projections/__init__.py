@@ -20,8 +20,8 @@ from projections.engine import (
 )
 from projections.leases import REBUILD, LeaseHolder
 from projections.runner import (
-    Follower, OtherBuild, ProjectionStatus, RebuildResult, catch_up, follow, maintained_version, prune, rebuild,
-    status,
+    Follower, NoRollback, OtherBuild, ProjectionStatus, RebuildResult, catch_up, follow, maintained_version, prune,
+    rebuild, rollback, status,
 )
 
 
@@ -43,8 +43,8 @@ def open_backend(url: Any) -> SqlBackend:
 __all__ = [
     "BIGINT", "BOOLEAN", "COLUMN_TYPES", "INTEGER", "JSON", "REAL", "REBUILD", "TEXT", "TIMESTAMP", "UBIGINT",
     "Build", "BuildBusy", "BuildGone", "BuildsNotAligned", "Column", "Delete", "DeleteWhere", "Diff", "Failure",
-    "Follower", "LeaseHolder", "MemoryStore", "OtherBuild", "PositionConflict", "Projection", "ProjectionError",
+    "Follower", "LeaseHolder", "NoRollback", "MemoryStore", "OtherBuild", "PositionConflict", "Projection", "ProjectionError",
     "ProjectionFailed", "ProjectionStatus", "Reader", "RebuildResult", "RowOp", "Rows",
     "SqlBackend", "Switch", "Table", "TableDiff", "Update", "UpdateWhere", "Upsert",
-    "catch_up", "follow", "maintained_version", "open_backend", "prune", "rebuild", "status",
+    "catch_up", "follow", "maintained_version", "open_backend", "prune", "rebuild", "rollback", "status",
 ]

@@ -81,9 +81,11 @@ class Diff(msgspec.Struct):
     position: int
     equal: bool
     diff_rows: int  # rows added + removed + changed, over every table
-    digest: str  # sha256 over the schema differences and every differing row, in key order
+    digest: str  # sha256 over both builds' row sets (every table, every row in key order) and the differences
     tables: list[TableDiff]
     samples: list[dict[str, Any]]  # the first DIFF_SAMPLES row differences
+    live_rows_digest: str = ""  # sha256 over the live build's rows (every table by name, rows in key order)
+    new_rows_digest: str = ""  # the same over the new build's rows: equal builds have equal row digests
 
 
 class Switch(msgspec.Struct):
@@ -766,10 +768,24 @@ class SqlBackend:
                                 "columns_removed": td.columns_removed, "columns_retyped": td.columns_retyped})
                 table_diffs.append(td)
                 total += td.rows_added + td.rows_removed + td.rows_changed
+            live_rows, new_rows = (self._rows_digest(cur, name, b) for b in (old_b, new_b))
         equal = total == 0 and all(td.status == "common" and not (td.columns_added or td.columns_removed
                                                                    or td.columns_retyped) for td in table_diffs)
+        digest = hashlib.sha256(f"{live_rows}\n{new_rows}\n{h.hexdigest()}".encode()).hexdigest()
         return Diff(name, live_version, new_version, new_b.position, equal, total,
-                    h.hexdigest(), table_diffs, samples)
+                    digest, table_diffs, samples, live_rows, new_rows)
+
+    def _rows_digest(self, cur: Any, name: str, build: Build) -> str:
+        """sha256 over a build's rows: each table by name, each row (canonical JSON) in primary-key order."""
+        h = hashlib.sha256()
+        tables = build.table_specs()
+        reader = Reader(self, cur, name, build.version, tables)
+        for tname in sorted(tables):
+            h.update(f"table {tname}\n".encode())
+            for row in reader.scan(tname):
+                h.update(json.dumps(row, sort_keys=True, default=_digest_value).encode())
+                h.update(b"\n")
+        return h.hexdigest()
 
     def _compare_table(self, cur: Any, name: str, old_v: int, old: Table, new_v: int, new: Table,
                        record: Any) -> TableDiff:

@@ -32,7 +32,8 @@ STATUS, UNRESOLVED, QUEUE = "chat_status", "unresolved_tool_calls", "chat_queue"
 
 class ChatViews(Projection):
     name = "chat_views"
-    version = 2  # v2: queue rows editing_since, reasoning_effort; status editing_queued_message_id
+    version = 3  # v2: queue rows editing_since, reasoning_effort; status editing_queued_message_id;
+    # v3: unresolved rows call_index (their order in the assistant message)
     topics = CHAT_TOPICS
     tables = [
         Table(STATUS, [
@@ -50,7 +51,7 @@ class ChatViews(Projection):
         Table(UNRESOLVED, [
             Column("chat_id", TEXT), Column("tool_call_id", TEXT), Column("assistant_message_id", INTEGER, False),
             Column("tool_name", TEXT, False), Column("kind", TEXT, False), Column("execution_id", TEXT),
-            Column("args", JSON), Column("since", TIMESTAMP, False),
+            Column("args", JSON), Column("since", TIMESTAMP, False), Column("call_index", INTEGER, False),
         ], primary_key=["chat_id", "tool_call_id"]),
         Table(QUEUE, [
             Column("chat_id", TEXT), Column("queued_message_id", INTEGER), Column("position", BIGINT, False),

@@ -393,6 +393,36 @@ def prune(projection: Projection, backend: SqlBackend) -> list[int]:
         return _prune(backend, projection)
 
 
+class NoRollback(ProjectionError):
+    """``rollback`` has no build to go back to (none was live before, or it is gone, or the code cannot
+    maintain it)."""
+
+
+def rollback(projection: Projection, backend: SqlBackend, wait: float = REBUILD_WAIT) -> Switch:
+    """Switch readers back to the build that was live before the last switch, when it is still there and
+    the code maintains it (``projections rollback``); the switch is logged (mode ``rollback``), so the
+    build rolled back from becomes the previous one and a second rollback undoes the first. The build
+    switched to catches up from where it stopped on its next catch-up. Holds the rebuild lease."""
+    name = projection.name
+    with backend.lease(name, REBUILD, "rollback"):
+        live = backend.live_version(name)
+        last = [sw for sw in backend.switches(name) if sw.to_version == live]
+        previous = last[-1].from_version if live is not None and last else None
+        if previous is None:
+            raise NoRollback(f"projection {name}: no build was live before v{live}" if live is not None
+                             else f"projection {name} has no live build")
+        build = backend.builds(name).get(previous)
+        if build is None:
+            raise NoRollback(f"projection {name}: the previous build v{previous} is gone (dropped by prune or a "
+                             "rebuild): rebuild instead")
+        if not _is_maintainable(projection, build):
+            raise NoRollback(f"projection {name}: the previous build v{previous} was built by definition "
+                             f"v{build.definition_version}, the code defines v{projection.version}: it cannot be "
+                             "maintained; rebuild instead")
+        with backend.lease(name, live, "rollback", wait), backend.lease(name, previous, "rollback", wait):
+            return backend.switch_live(name, live, previous, mode="rollback")
+
+
 def status(app: Any, projections: Sequence[Projection], backend: SqlBackend) -> list[ProjectionStatus]:
     """Per projection: the live and maintained versions, the position, the head of the log and the lag; the
     event it cannot apply, if any; a rebuild running; the other builds beside the live one."""
@@ -441,14 +471,17 @@ class Follower:
     (``busy``) and tried again at the next one. A projection that fails otherwise (an event it cannot
     apply: recorded with its build; a definition that needs a rebuild) stops being followed (``failed``,
     and ``on_failure`` is called with it) while the others go on; when every projection has failed, the
-    follower stops and raises the first failure.
+    follower stops and raises the first failure. ``on_batch(projection, done, total)`` is called after
+    each committed batch (notifications done of the ``total`` behind when that catch-up began).
     """
 
     def __init__(self, app: Any, projections: Sequence[Projection], backend: SqlBackend,
                  poll_interval: float = 1.0, batch_size: int = 500,
                  reconnect_delay: tuple[float, float] = (0.1, 5.0),
-                 on_failure: Callable[[Projection, ProjectionError], None] | None = None) -> None:
+                 on_failure: Callable[[Projection, ProjectionError], None] | None = None,
+                 on_batch: Callable[[Projection, int, int], None] | None = None) -> None:
         self.app = app
+        self.on_batch = on_batch
         self.projections = list(projections)
         self.backend = backend
         self.poll_interval = poll_interval
@@ -505,7 +538,9 @@ class Follower:
             if p.name in self.failed:
                 continue
             try:
-                catch_up(self.app, p, self.backend, self.batch_size, purpose="follow")
+                progress = None if self.on_batch is None else (
+                    lambda done, total, p=p: self.on_batch(p, done, total) if done else None)  # type: ignore[misc]
+                catch_up(self.app, p, self.backend, self.batch_size, progress, purpose="follow")
                 self.busy.pop(p.name, None)
             except BuildBusy as e:
                 self.busy[p.name] = str(e)

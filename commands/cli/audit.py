@@ -3,12 +3,15 @@ queued prompt or turn, by replay of the recorded events (``ledger.audit``)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import json
 from typing import Any
 
 import click
 
-from commands.cli.context import Ctx, as_of_options, check_as_of, emit_json, parse_uuid, pass_ctx, print_differences
+from commands.cli.context import (
+    Ctx, as_of_options, cell, check_as_of, emit_json, json_option, output_option, pass_ctx, print_differences,
+    write_output,
+)
 from commands.queries import cut_version, stream_events
 from ledger.audit.timeline import timeline
 
@@ -18,37 +21,42 @@ from ledger.audit.timeline import timeline
 @click.option("--at", "at_version", type=int, default=None, help="Stop at this stream version.")
 @click.option("--as-of", "as_of", default=None, metavar="TIME",
               help="Stop at the last event recorded at or before TIME (ISO 8601, e.g. 2026-01-01T12:00:00Z).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per event.")
-@click.option("--html", "html_file", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write a self-contained HTML page of the audit to this file (chats).")
+@json_option("One JSON object per event.")
+@click.option("--html", "html_file", is_flag=False, flag_value="", default=None, metavar="[FILE]",
+              help="The audit as a self-contained HTML page, written to FILE or to --output (- or no FILE "
+                   "and no --output: standard output).")
+@output_option("the timeline (or the page)")
 @pass_ctx
 def audit(c: Ctx, stream_id: str, at_version: int | None, as_of: str | None, as_json: bool,
-          html_file: str | None) -> None:
+          html_file: str | None, output: str | None) -> None:
     """Timeline of a chat, catalog or conversation: each event, a summary and the state after it."""
     if at_version is not None and as_of is not None:
         raise click.UsageError("use --at or --as-of, not both")
-    sid = parse_uuid(stream_id, "stream id")
+    if html_file and output:
+        raise click.UsageError("give the page's file once: --html FILE or --output FILE")
+    sid = c.stream_id(stream_id)
     events = stream_events(c.app, sid)
     upto = cut_version(events, at_version, as_of)
     data = timeline(events, upto)
-    if html_file:
-        from commands.explain import step_settings
-        from ledger.audit.html import render
+    if html_file is not None:
+        from commands.audit_page import audit_page
 
-        shown = [e for e in events if upto is None or e.originator_version <= upto]
-        page = render(data, shown, step_settings(c.app, sid, shown) if data["aggregate"] == "chat" else None)
-        Path(html_file).write_text(page, encoding="utf-8")
-        click.echo(f"wrote {html_file} ({data['aggregate']} {data['stream_id']}, {len(data['events'])} events)")
+        target = html_file or output or "-"
+        write_output(target, audit_page(c.app, sid, events, upto, data))
+        if target != "-":
+            click.echo(f"wrote {target} ({data['aggregate']} {data['stream_id']}, {len(data['events'])} events)")
         return
+    lines: list[str] = []
     if as_json:
+        lines = [json.dumps({"stream_id": data["stream_id"], "aggregate": data["aggregate"], **entry})
+                 for entry in data["events"]]
+    else:
+        lines.append(f"{data['aggregate']} {data['stream_id']}: {len(data['events'])} events")
         for entry in data["events"]:
-            emit_json({"stream_id": data["stream_id"], "aggregate": data["aggregate"], **entry})
-        return
-    click.echo(f"{data['aggregate']} {data['stream_id']}: {len(data['events'])} events")
-    for entry in data["events"]:
-        click.echo(f"v{entry['version']:<4} {entry['time']}  {entry['type']}")
-        click.echo(f"      {entry['summary']}")
-        click.echo(f"      -> {_state_line(data['aggregate'], entry['state'])}")
+            lines.append(f"v{entry['version']:<4} {entry['time']}  {entry['type']}")
+            lines.append(f"      {entry['summary']}")
+            lines.append(f"      -> {_state_line(data['aggregate'], entry['state'])}")
+    write_output(output or "-", "\n".join(lines) + "\n")
 
 
 def _state_line(kind: str, s: dict[str, Any]) -> str:
@@ -57,8 +65,8 @@ def _state_line(kind: str, s: dict[str, Any]) -> str:
         policy = "all" if s["policy"] is None else ("[" + ",".join(s["policy"]) + "]")
         return (f"{s['execution_state']} status={s['status']} queue={q} policy={policy} "
                 f"model={s['model'] or '-'} messages={s['messages']}"
-                + (f" error={s['last_error']['message']!r}" if s["last_error"] else ""))
-    return " ".join(f"{k}={v}" for k, v in s.items())
+                + (f" error={json.dumps(s['last_error']['message'])}" if s["last_error"] else ""))
+    return " ".join(f"{k}={cell(v)}" for k, v in s.items())
 
 
 @click.command()
@@ -69,7 +77,7 @@ def _state_line(kind: str, s: dict[str, Any]) -> str:
               help="A queued prompt's queued_message_id.")
 @click.option("--turn", "turn", default=None, metavar="TURN_ID", help="A turn id.")
 @as_of_options("Explain from the chat as it was at this stream version, with the other streams as they were then.")
-@click.option("--json", "as_json", is_flag=True, help="Print the explanation as one JSON object.")
+@json_option("Print the explanation as one JSON object.")
 @pass_ctx
 def explain(c: Ctx, chat_id: str, tool_call: str | None, queued_message: int | None, turn: str | None,
             version: int | None, as_of: str | None, with_current_settings: bool, as_json: bool) -> None:
@@ -80,7 +88,7 @@ def explain(c: Ctx, chat_id: str, tool_call: str | None, queued_message: int | N
     if len(chosen) != 1:
         raise click.UsageError("give exactly one of --tool-call, --queued-message, --turn")
     check_as_of(version, as_of, with_current_settings)
-    data = explain_chat(c.app, parse_uuid(chat_id), tool_call=tool_call, queued_message=queued_message, turn=turn,
+    data = explain_chat(c.app, c.chat_id(chat_id), tool_call=tool_call, queued_message=queued_message, turn=turn,
                         version=version, as_of=as_of, with_current_settings=with_current_settings)
     if as_json:
         emit_json(data)

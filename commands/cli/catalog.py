@@ -9,7 +9,7 @@ import click
 
 from commands import views
 from commands.cli.context import (
-    Ctx, actor_opt, as_of_options, caught_up, check_as_of, emit_json, json_flag, key_opt, parse_uuid, pass_ctx,
+    Ctx, actor_opt, as_of_options, caught_up, cell, check_as_of, emit_json, json_flag, key_opt, pass_ctx,
     print_differences, print_table,
 )
 from commands.handler import command_from_dict, execute
@@ -24,8 +24,8 @@ from ledger.catalog.values import ADMIN_CONTEXTS, CONTEXTS, EFFORT_SCALE, USER_C
 @pass_ctx
 def models(c: Ctx, org: str, user: str | None, as_json: bool) -> None:
     """The organization's model view: configs, default, admin overrides, members (and a user's view)."""
-    org_id = parse_uuid(org, "organization id")
-    user_id = parse_uuid(user, "user id") if user else None
+    org_id = c.org_id(org)
+    user_id = c.user_id(user, org_id) if user else None
     view = views.organization_models(c.app, caught_up(c, ("org_models",)), org_id, user_id)
     if as_json:
         emit_json(view)
@@ -35,18 +35,18 @@ def models(c: Ctx, org: str, user: str | None, as_json: bool) -> None:
                                   "is_default", "context_limit", "compression_threshold"))
     if view["providers"]:
         click.echo("providers: " + ", ".join(
-            f"{n} (enabled={p['enabled']}, credentials={p['credentials_available']})"
+            f"{n} (enabled: {cell(p['enabled'])}, credentials: {cell(p['credentials_available'])})"
             for n, p in view["providers"].items()))
     click.echo("admin overrides:" + ("" if view["admin_overrides"] else " (none)"))
     for ctx, o in view["admin_overrides"].items():
-        click.echo(f"  {ctx:<17} {o['model_config_id']}  usable={o['usable']}")
+        click.echo(f"  {ctx:<17} {cell(o['model_config_id'])}  usable: {cell(o['usable'])}")
     click.echo(f"members ({len(view['members'])}): " + (", ".join(view["members"]) or "(none)"))
     if user_id is not None:
         click.echo(f"personal overrides of {user_id} "
                    f"({'enabled' if view['personal_model_overrides_enabled'] else 'disabled'} on this deployment):"
                    + ("" if view["personal_overrides"] else " (none)"))
         for ctx, o in view["personal_overrides"].items():
-            click.echo(f"  {ctx:<8} {o['mode']:<18} {o['model_config_id'] or '-'}  usable={o['usable']}")
+            click.echo(f"  {ctx:<8} {o['mode']:<18} {o['model_config_id'] or '-'}  usable: {cell(o['usable'])}")
         click.echo("effective:")
         for ctx, e in view["effective"].items():
             detail = e.get("error") or f"{e['model_config_id']}  {e['source']}" + (f" ({e['reason']})" if e["reason"] else "")
@@ -66,7 +66,8 @@ def resolve_model_cmd(c: Ctx, chat_id: str, context: str, user: str | None, vers
                       as_of: str | None, with_current_settings: bool, as_json: bool) -> None:
     """The model a chat's generation would run on (now, or as of --at/--as-of), and why. Records nothing."""
     check_as_of(version, as_of, with_current_settings)
-    row = resolve_chat_model(c.app, parse_uuid(chat_id), context, parse_uuid(user, "user id") if user else None,
+    cid = c.chat_id(chat_id)
+    row = resolve_chat_model(c.app, cid, context, c.user_id(user, None) if user else None,
                              version=version, as_of=as_of, with_current_settings=with_current_settings)
     if as_json:
         emit_json(row)
@@ -105,10 +106,10 @@ def run_catalog_command(c: Ctx, command: dict[str, Any], as_json: bool) -> None:
         emit_json(result)
         return
     if "organization_id" not in result:
-        click.echo(f"deployment v{result['version']}  recorded={result['recorded']}  "
-                   + "  ".join(f"{k}={v}" for k, v in result["settings"].items()))
+        click.echo(f"deployment v{result['version']}  recorded: {cell(result['recorded'])}  "
+                   + "  ".join(f"{k}={cell(v)}" for k, v in result["settings"].items()))
         return
-    line = (f"{result['organization_id']}  v{result['version']}  recorded={result['recorded']}  "
+    line = (f"{result['organization_id']}  v{result['version']}  recorded: {cell(result['recorded'])}  "
             f"default={result['default_model_config_id'] or '-'}")
     if "model_config_id" in result:
         line += f"  model_config={result['model_config_id']}"
@@ -125,7 +126,9 @@ def catalog() -> None:
 def _catalog_command(name: str, ctype: str, help: str, *params: Any, build: Any = None) -> None:
     def callback(c: Ctx, org: str, as_json: bool, idempotency_key: str | None, actor: str | None, **kw: Any) -> None:
         fields = build(**kw) if build else kw
-        run_catalog_command(c, {"type": ctype, "organization_id": org, "idempotency_key": idempotency_key,
+        if fields.get("user_id"):
+            fields["user_id"] = str(c.user_id(fields["user_id"], c.org_id(org)))
+        run_catalog_command(c, {"type": ctype, "organization_id": str(c.org_id(org)), "idempotency_key": idempotency_key,
                                 "actor": actor, **fields}, as_json)
 
     cmd: Any = pass_ctx(callback)

@@ -8,18 +8,22 @@ from typing import Any, Callable
 
 import click
 
-from commands.cli.context import Ctx, actor_opt, emit_json, json_flag, key_opt, parse_uuid, pass_ctx
+from commands.cli.context import Ctx, actor_opt, cell, emit_json, json_flag, key_opt, pass_ctx, tool_policy
 from commands.handler import apply_lines, command_from_dict, execute
 from commands.queries import shown_chat
 from ledger.store import redact
 
 
 @click.command()
+@json_flag
 @pass_ctx
-def init(c: Ctx) -> None:
+def init(c: Ctx, as_json: bool) -> None:
     """Create the tables (and the PostgreSQL schema) if missing."""
     c.app  # opening the application creates the tables
-    click.echo(f"ledger ready at {redact(c.url)}")
+    if as_json:
+        emit_json({"ready": True, "db": redact(c.url)})
+    else:
+        click.echo(f"ledger ready at {redact(c.url)}")
 
 
 # -- apply ---------------------------------------------------------------------------------------------
@@ -27,10 +31,11 @@ def init(c: Ctx) -> None:
 @click.command()
 @click.argument("file", type=click.File("rb"))
 @click.option("--stop-on-error", is_flag=True, help="Stop at the first refused line.")
+@json_flag
 @pass_ctx
-def apply(c: Ctx, file: Any, stop_on_error: bool) -> None:
+def apply(c: Ctx, file: Any, stop_on_error: bool, as_json: bool) -> None:
     """Execute a JSONL file of commands (FILE or - for stdin); one JSON result line per command, written as
-    each command is run."""
+    each command is run (its output is always JSON; --json makes its errors JSON too)."""
     _, refused = apply_lines(c.app, file, stop_on_error, out=emit_json)
     sys.exit(1 if refused else 0)
 
@@ -65,7 +70,7 @@ def _chat_command(name: str, ctype: str, help: str, *params: Callable[[Any], Any
     def callback(c: Ctx, chat_id: str, as_json: bool, idempotency_key: str | None, actor: str | None,
                  **kw: Any) -> None:
         fields = build(**kw) if build else kw
-        run_command(c, {"type": ctype, "chat_id": chat_id, "idempotency_key": idempotency_key,
+        run_command(c, {"type": ctype, "chat_id": str(c.chat_id(chat_id)), "idempotency_key": idempotency_key,
                         "actor": actor, **fields}, as_json)
 
     cmd: Any = pass_ctx(callback)
@@ -93,7 +98,11 @@ def _chat_command(name: str, ctype: str, help: str, *params: Callable[[Any], Any
 def chat_create(c: Ctx, as_json: bool, idempotency_key: str | None, actor: str | None,
                 hook_allowed_tools: tuple[str, ...], dynamic_tools: tuple[str, ...], waiting: bool,
                 **kw: Any) -> None:
-    """Create a chat with its first user message."""
+    """Create a chat with its first user message (--org, --owner and --parent take unique prefixes too)."""
+    org = c.org_id(kw["organization_id"])
+    kw.update(organization_id=str(org), owner_id=str(c.user_id(kw["owner_id"], org)))
+    if kw.get("parent_chat_id"):
+        kw["parent_chat_id"] = str(c.chat_id(kw["parent_chat_id"]))
     run_command(c, {"type": "create_chat", "idempotency_key": idempotency_key, "actor": actor,
                     "hook_allowed_tools": list(hook_allowed_tools) or None,
                     "dynamic_tools": list(dynamic_tools),
@@ -215,17 +224,19 @@ def show(c: Ctx, chat_id: str, at_version: int | None, as_json: bool, as_of: str
     """Full state of one chat: messages (deleted ones included), queue, policy, unresolved tool calls."""
     if at_version is not None and as_of is not None:
         raise click.UsageError("use --at or --as-of, not both")
-    cid = parse_uuid(chat_id)  # a bad id is refused before the ledger is opened
+    cid = c.chat_id(chat_id)  # a bad id is refused before the ledger is opened
     data = shown_chat(c.app, cid, at_version, as_of)
     if as_json:
         emit_json(data)
         return
     ch = data["chat"]
-    click.echo(f"chat {ch['chat_id']}  {ch['title']!r}")
-    click.echo(f"  state {ch['execution_state']} (status {ch['status']}, archived {ch['archived']})  "
-               f"version {ch['version']}  turn {ch['turn_id']}")
-    click.echo(f"  organization {ch['organization_id']}  owner {ch['owner_id']}  model {ch['model_config_id']}")
-    click.echo(f"  tool policy {ch['hook_allowed_tools']}  last error {ch['last_error']}")
+    error = ch["last_error"]
+    click.echo(f"chat {ch['chat_id']}  {json.dumps(ch['title'])}")
+    click.echo(f"  state {ch['execution_state']} (status {ch['status']}{', archived' if ch['archived'] else ''})  "
+               f"version {ch['version']}  turn {cell(ch['turn_id'])}")
+    click.echo(f"  organization {ch['organization_id']}  owner {ch['owner_id']}  model {cell(ch['model_config_id'])}")
+    click.echo(f"  tool policy: {tool_policy(ch['hook_allowed_tools'])}  last error: "
+               + ("-" if not error else f"{error.get('message')}" + (f" ({error['kind']})" if error.get("kind") else "")))
     m, at = data["model"], data["facts_as_of"]
     when = "now" if at["notification_id"] is None else f"as of log position {at['notification_id']}"
     click.echo(f"  generation model ({when}): " + (f"{m['error']['code']}: {m['error']['message']}" if "error" in m else
@@ -237,7 +248,8 @@ def show(c: Ctx, chat_id: str, at_version: int | None, as_json: bool, as_of: str
         click.echo(f"  {m['message_id']:>4} {m['role']:<9} {m['visibility']:<5} {flags:<2} {_summary(m['parts'])}")
     click.echo("queue:")
     for q in data["queue"]:
-        click.echo(f"  {q['position']:>4} #{q['queued_message_id']} {q['text']!r} policy={q['hook_allowed_tools']}")
+        click.echo(f"  {q['position']:>4} #{q['queued_message_id']} {json.dumps(q['text'])}  "
+                   f"tool policy: {tool_policy(q['hook_allowed_tools'])}")
     if data["unresolved"]:
         click.echo("unresolved tool calls:")
         for u in data["unresolved"]:

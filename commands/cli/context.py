@@ -3,7 +3,9 @@
 Every CLI module imports this one and nothing else of the CLI; ``commands.cli.main`` imports the modules and
 registers their commands on the ``main`` group. Output for people by default; ``--json`` prints compact JSON,
 one object per line. Errors print ``error: <code>: <message>`` on stderr and exit 1 (``commands.cli.main``);
-usage errors exit 2 (click's rule).
+with ``--json`` (anywhere on the line) they print ``{"error": {"code", "message"}}`` there instead. Usage
+errors exit 2 (click's rule). Ids typed by people go through ``Ctx.chat_id`` and its kin: a full id or a
+unique prefix (``commands.idlookup``); tables show ids at their shortest unique length (``ledger.ids``).
 
 Which commands may create a ledger is said here, once (``CREATING_COMMANDS``); every other command reads, and
 opens the ledger with ``create=False``: on a database, schema or file that does not exist it fails with
@@ -44,8 +46,8 @@ CREATING_COMMANDS = frozenset({
 STATUS_COLUMNS = ("chat_id", "execution_state", "status", "queue_length", "message_count", "version", "title")
 
 
-def emit_json(obj: Any) -> None:
-    click.echo(_json.encode(obj).decode())
+def emit_json(obj: Any, err: bool = False) -> None:
+    click.echo(_json.encode(obj).decode(), err=err)
 
 
 def command_path(ctx: click.Context | None) -> tuple[str, ...]:
@@ -68,8 +70,9 @@ class Ctx:
     The views' backend is opened after the ledger, so a reading command never creates a database for them.
     """
 
-    def __init__(self, db: str | None) -> None:
+    def __init__(self, db: str | None, as_json: bool = False) -> None:
         self.url = resolve_url(db)
+        self.json = as_json  # --json given (anywhere): errors are printed as JSON too
         self._app: Any = None
         self._backend: Any = None
 
@@ -99,6 +102,34 @@ class Ctx:
             self._backend = open_backend(self.url)
         return self._backend
 
+    # -- ids typed by people: full, or a unique prefix (commands.idlookup) --------------------------
+    def chat_id(self, value: str) -> UUID:
+        return self._stream(value, "chat")
+
+    def conversation_id(self, value: str) -> UUID:
+        return self._stream(value, "conversation")
+
+    def stream_id(self, value: str) -> UUID:
+        return self._stream(value, "stream")
+
+    def _stream(self, value: str, kind: str) -> UUID:
+        from commands.idlookup import STREAM_KINDS, parse_full, stream_id
+
+        full = parse_full(value, STREAM_KINDS[kind][0])  # a bad id is refused before the ledger is opened
+        return full if full is not None else stream_id(self.app, value, kind)
+
+    def org_id(self, value: str) -> UUID:
+        from commands.idlookup import organization_id, parse_full
+
+        full = parse_full(value, "organization id")
+        return full if full is not None else organization_id(self.app, value)
+
+    def user_id(self, value: str, org: UUID | None) -> UUID:
+        from commands.idlookup import parse_full, user_id
+
+        full = parse_full(value, "user id")
+        return full if full is not None else user_id(self.app, value, org)
+
     def close(self) -> None:
         backend, app, self._backend, self._app = self._backend, self._app, None, None
         try:
@@ -111,7 +142,35 @@ class Ctx:
 
 pass_ctx = click.make_pass_decorator(Ctx)
 
-json_flag = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def _json_given(ctx: click.Context, _param: Any, value: bool) -> bool:
+    """``--json`` after the command or before it (``main``'s, kept in ``Ctx.json``): either asks for JSON."""
+    state = ctx.find_object(Ctx)
+    if state is not None and value:
+        state.json = True
+    return bool(value or (state is not None and state.json))
+
+
+def json_option(help: str = "Print the result as JSON.") -> Callable[[Any], Any]:
+    return click.option("--json", "as_json", is_flag=True, callback=_json_given, help=help)
+
+
+json_flag = json_option()
+
+
+def output_option(what: str) -> Callable[[Any], Any]:
+    """``--output/-o FILE`` (``-``: standard output, the default) for a command that writes ``what``."""
+    return click.option("--output", "-o", "output", default=None, metavar="FILE",
+                        help=f"Write {what} to FILE (- for standard output, the default).")
+
+
+def write_output(target: str, text: str) -> None:
+    """``text`` to the file ``target``, or to standard output for ``-``."""
+    if target == "-":
+        click.echo(text, nl=False)
+        return
+    with open(target, "w", encoding="utf-8") as f:
+        f.write(text)
+json_lines_flag = json_option("One JSON object per line.")
 key_opt = click.option("--idempotency-key", default=None, help="Repeat-safe key for this command.")
 actor_opt = click.option("--actor", default=None, help="Who asks (a UUID); recorded.")
 
@@ -126,7 +185,7 @@ def as_of_options(at_help: str) -> Callable[[Any], Any]:
                               "and the differences.")(f)
         f = click.option("--as-of", "as_of", default=None, metavar="TIME",
                          help="As --at, for the chat's last event recorded at or before TIME (ISO 8601).")(f)
-        return click.option("--at", "version", type=click.IntRange(min=1), default=None, metavar="VERSION",
+        return click.option("--at", "version", type=int, default=None, metavar="VERSION",
                             help=at_help)(f)
 
     return decorate
@@ -148,32 +207,56 @@ def print_differences(diffs: list[dict[str, Any]], then: str = "then", today: st
         click.echo(f"  {d['field']}: {then} {json.dumps(d['as_of'])}, {today} {json.dumps(d['current'])}")
 
 
-def parse_uuid(value: str, what: str = "chat id") -> UUID:
-    try:
-        return UUID(value)
-    except ValueError:
-        raise LedgerError("invalid_command", f"invalid {what}: {value!r}") from None
+#: the widest a table is printed (columns are cut, the widest first, to fit)
+TABLE_WIDTH = 100
 
 
-def print_table(rows: list[dict[str, Any]], columns: Iterable[str]) -> None:
+def print_table(rows: list[dict[str, Any]], columns: Iterable[str], width: int = TABLE_WIDTH) -> None:
+    """Rows as a table of ``columns`` at most ``width`` characters wide; UUIDs at their shortest unique
+    length among the table's ids (at least 8 characters; every command takes them back as prefixes)."""
     columns = list(columns)
     if not rows:
         click.echo("(none)")
         return
-    cells = [[_cell(r.get(col)) for col in columns] for r in rows]
+    short = short_ids(str(v) for r in rows for v in r.values() if _is_uuid(v))
+    cells = [[cell(r.get(col), short) for col in columns] for r in rows]
     widths = [max(len(col), *(len(row[i]) for row in cells)) for i, col in enumerate(columns)]
-    click.echo("  ".join(col.ljust(w) for col, w in zip(columns, widths)).rstrip())
-    for row in cells:
+    while sum(widths) + 2 * (len(widths) - 1) > width:
+        i = max(range(len(widths)), key=lambda k: widths[k])
+        if widths[i] <= 8:
+            break
+        widths[i] -= 1
+    fit = [[v if len(v) <= w else v[:w - 1] + "…" for v, w in zip(row, widths)] for row in cells]
+    click.echo("  ".join(col[:w].ljust(w) for col, w in zip(columns, widths)).rstrip())
+    for row in fit:
         click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
 
 
-def _cell(v: Any) -> str:
+def short_ids(values: Iterable[str]) -> dict[str, str]:
+    from ledger.ids import shortest_unique
+
+    return shortest_unique(values)
+
+
+def _is_uuid(v: Any) -> bool:
+    return isinstance(v, str) and len(v) == 36 and v.count("-") == 4
+
+
+def cell(v: Any, short: dict[str, str] | None = None) -> str:
+    """A value for people: ``-`` for null, yes/no for booleans, JSON for lists and objects, ids shortened."""
     if v is None:
         return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
     if isinstance(v, (list, dict)):
         return json.dumps(v)
     text = str(v)
-    return text if len(text) <= 48 else text[:47] + "…"
+    return short.get(text, text) if short else text
+
+
+def tool_policy(allowed: list[str] | None) -> str:
+    """A hook tool policy for people: null is "all tools"."""
+    return "all tools" if allowed is None else (", ".join(allowed) or "no tools")
 
 
 def print_rows(rows: list[dict[str, Any]], as_json: bool, columns: Iterable[str]) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from commands import views
-from commands.cli.context import Ctx, caught_up, emit_json, parse_uuid, pass_ctx, print_rows
+from commands.cli.context import Ctx, caught_up, emit_json, json_option, pass_ctx, print_rows
 from commands.conversation import show_conversation
 from commands.handler import command_from_dict, execute
 from commands.queries import cut_version, stream_events
@@ -24,6 +24,8 @@ def conversation() -> None:
 
 
 def _run(c: Ctx, command: dict[str, Any], as_json: bool) -> None:
+    if command["type"] != "conversation_start":  # an existing conversation: a unique prefix names it too
+        command["conversation_id"] = str(c.conversation_id(command["conversation_id"]))
     result = execute(c.app, command_from_dict({k: v for k, v in command.items() if v is not None}))
     if as_json:
         emit_json(result)
@@ -34,7 +36,7 @@ def _run(c: Ctx, command: dict[str, Any], as_json: bool) -> None:
                          for k in keys if k in result and result[k] not in (None, [], {})))
 
 
-_json = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+_json = json_option()
 _key = click.option("--idempotency-key", default=None)
 
 
@@ -145,7 +147,7 @@ def complete(c: Ctx, conversation_id: str, job: int, text: str, as_json: bool, i
 def status(c: Ctx, conversation_id: str | None, status_filter: str | None, as_json: bool) -> None:
     """The conversations view: status Running/Quiet/Stalled, restartable, boxes, job, steer, sequence."""
     rows = views.conversations(caught_up(c, ("conversations",)),
-                               parse_uuid(conversation_id, "conversation id") if conversation_id else None,
+                               c.conversation_id(conversation_id) if conversation_id else None,
                                status_filter)
     print_rows(rows, as_json, VIEW_COLUMNS)
 
@@ -161,7 +163,7 @@ def show(c: Ctx, conversation_id: str, at_version: int | None, as_json: bool, as
     """One conversation: its row, every box as the codec projects it, queued arrivals, the pending steer."""
     if at_version is not None and as_of is not None:
         raise click.UsageError("use --at or --as-of, not both")
-    cid = parse_uuid(conversation_id, "conversation id")
+    cid = c.conversation_id(conversation_id)
     if as_of is not None:
         at_version = cut_version(stream_events(c.app, cid), None, as_of)
     data = show_conversation(c.app, cid, at_version)

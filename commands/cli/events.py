@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from commands import views
-from commands.cli.context import Ctx, emit_json, pass_ctx, print_rows
+from commands.cli.context import Ctx, emit_json, json_lines_flag, json_option, pass_ctx, print_rows
 from commands.eventlog import export_lines, import_lines, stats, verify
 
 
@@ -18,7 +18,7 @@ def events() -> None:
 
 
 @events.command("verify")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+@json_option("Print the report as one JSON object.")
 @click.option("--no-projections", is_flag=True, help="Only decode and replay the streams.")
 @click.option("--decisions", is_flag=True,
               help="Also re-decide every recorded decision with the facts as of its position.")
@@ -41,14 +41,14 @@ def events_verify(c: Ctx, as_json: bool, no_projections: bool, decisions: bool) 
                           if p["position"] is not None else ""))
         if "decisions" in report:
             d = report["decisions"]
-            click.echo(f"  decisions re-decided: " + (", ".join(f"{n} {k}" for k, n in d["checked"].items()) or "none")
+            click.echo("  decisions re-decided: " + (", ".join(f"{n} {k}" for k, n in d["checked"].items()) or "none")
                        + f"; {d['disagreements']} disagreements")
         click.echo("OK" if report["ok"] else f"FAILED: {len(report['anomalies'])} anomalies")
     sys.exit(0 if report["ok"] else 1)
 
 
 @events.command("stats")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@json_lines_flag
 @pass_ctx
 def events_stats(c: Ctx, as_json: bool) -> None:
     """Stored events per topic and stored class version (and the code's class version)."""
@@ -61,24 +61,32 @@ def events_stats(c: Ctx, as_json: bool) -> None:
 
 @events.command("export")
 @click.option("--since", type=int, default=0, show_default=True, help="Only events after this notification id.")
-@click.option("--output", "-o", type=click.File("wb"), default="-", help="File to write (default stdout).")
+@click.option("--output", "-o", type=click.File("wb"), default="-", help="File to write (- for standard output, the default).")
+@json_option('Print the summary on stderr as JSON ({"exported": N}).')
 @pass_ctx
-def events_export(c: Ctx, since: int, output: Any) -> None:
+def events_export(c: Ctx, since: int, output: Any, as_json: bool) -> None:
     """Write the stored events as JSON lines (a header line first), in notification order."""
     n = -1
     for line in export_lines(c.app, since):
         output.write(line + b"\n")
         n += 1
-    click.echo(f"exported {n} events", err=True)
+    if as_json:
+        emit_json({"exported": n}, err=True)
+    else:
+        click.echo(f"exported {n} events", err=True)
 
 
 @events.command("import")
 @click.argument("file", type=click.File("rb"))
+@json_option('Print the result as JSON ({"imported": N}).')
 @pass_ctx
-def events_import(c: Ctx, file: Any) -> None:
+def events_import(c: Ctx, file: Any, as_json: bool) -> None:
     """Record an export (FILE or - for stdin) into an empty database: every line is checked first, then
     the whole file is recorded in one transaction (all of it or nothing)."""
     said = (lambda count: click.echo(f"validated {count} events; recording them in one transaction", err=True)) \
         if sys.stderr.isatty() else None  # long work talks on a terminal only
     n = import_lines(c.app, file, on_validated=said)
-    click.echo(f"imported {n} events")
+    if as_json:
+        emit_json({"imported": n})
+    else:
+        click.echo(f"imported {n} events")

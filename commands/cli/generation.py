@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from commands.cli.context import as_of_options, check_as_of, emit_json, parse_uuid, pass_ctx, print_differences
+from commands.cli.context import as_of_options, check_as_of, emit_json, json_option, pass_ctx, print_differences
 from commands.next_action import next_action_report
 
 
@@ -21,14 +21,14 @@ from commands.next_action import next_action_report
 @click.option("--stop-after", multiple=True, metavar="TOOL", help="A stop-after tool name (repeat).")
 @as_of_options("Decide on the chat as it was at this stream version, with the catalog, the deployment and "
                "the tool-call executions as they were then.")
-@click.option("--json", "as_json", is_flag=True, help="Print the decision as JSON.")
+@json_option("Print the decision as JSON.")
 @pass_ctx
 def next_action_cmd(c: Any, chat_id: str, retry_after: float | None, threshold: int | None,
                     context_limit: int | None, max_steps: int | None, stop_after: tuple[str, ...],
                     version: int | None, as_of: str | None, with_current_settings: bool, as_json: bool) -> None:
     """What the worker does next for a chat: action, finish reason, calls, tool policy, advisor, retry."""
     check_as_of(version, as_of, with_current_settings)
-    report = next_action_report(c.app, parse_uuid(chat_id), retry_after=retry_after, version=version, as_of=as_of,
+    report = next_action_report(c.app, c.chat_id(chat_id), retry_after=retry_after, version=version, as_of=as_of,
                                 with_current_settings=with_current_settings, threshold=threshold,
                                 context_limit=context_limit, max_steps=max_steps, stop_after=stop_after)
     if as_json:

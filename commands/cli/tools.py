@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import click
 
-from commands.cli.context import STATUS_COLUMNS, Ctx, emit_json, pass_ctx, print_table
+from commands.cli.context import STATUS_COLUMNS, Ctx, emit_json, json_option, pass_ctx, print_table
 from commands.handler import apply_lines
 from commands.tools.bench import KINDS, PG_DEFAULT, print_table as print_bench_table, run_bench
 from commands.tools.demo import SCENARIOS, expected_refusals, fresh_ids, scenario_files
@@ -89,6 +91,26 @@ def print_summary(s: dict[str, Any]) -> None:
         click.echo(f"  ANOMALIES: {s['anomalies']}")
 
 
+#: chats between two progress lines when standard error is not a terminal
+PROGRESS_EVERY = 50
+
+
+@contextmanager
+def sim_progress(chats: int) -> Iterator[Callable[[int, int], None]]:
+    """Progress on stderr: a bar on a terminal, else a line every ``PROGRESS_EVERY`` chats (and the last)."""
+    if sys.stderr.isatty():
+        with click.progressbar(length=chats, label="simulating chats", file=sys.stderr) as bar:
+            yield lambda done, total: bar.update(1)
+        return
+    started = time.perf_counter()
+
+    def line(done: int, total: int) -> None:
+        if done % PROGRESS_EVERY == 0 or done == total:
+            click.echo(f"simulated {done}/{total} chats ({time.perf_counter() - started:.1f} s)", err=True)
+
+    yield line
+
+
 @click.command("simulate")
 @click.option("--chats", type=click.IntRange(min=1), default=50, show_default=True, help="Chats to simulate (subagent chats included).")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the fake model and users.")
@@ -100,14 +122,15 @@ def print_summary(s: dict[str, Any]) -> None:
                                             "agreement on a sample of decisions; exit 1 on a problem.")
 @click.option("--check-sample", type=click.IntRange(min=0), default=500, show_default=True,
               help="Decision points to re-decide with --check.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option("Print the summary as JSON.")
 @pass_ctx
 def simulate_cmd(c: Ctx, chats: int, seed: int, orgs: int, concurrency: int, salt: str | None, check: bool,
                  check_sample: int, as_json: bool) -> None:
     """Drive CHATS chats through the real commands with a deterministic fake model, and summarize."""
     if not as_json:
         click.echo(f"Simulating {chats} chats into {redact(c.url)} ...")
-    sim = simulate(c.app, chats, seed, orgs, salt, concurrency=concurrency)
+    with sim_progress(chats) as progress:
+        sim = simulate(c.app, chats, seed, orgs, salt, concurrency=concurrency, progress=progress)
     summary = sim.summary()
     problems: list[str] = []
     if check:
@@ -146,7 +169,8 @@ def simulate_cmd(c: Ctx, chats: int, seed: int, orgs: int, concurrency: int, sal
               help="Chats recorded at once in the interleaved rebuild ledger (of --small-events events; 1: skip it).")
 @click.option("--only", multiple=True, type=click.Choice(KINDS), help="Default: all.")
 @click.option("--quick", is_flag=True, help="Small sizes, for a smoke test (figures are not meaningful).")
-@click.option("--out", "out", type=click.Path(dir_okay=False), default="bench-results.json", show_default=True)
+@click.option("--output", "-o", "--out", "out", type=click.Path(dir_okay=False, allow_dash=True),
+              default="bench-results.json", show_default=True, help="The JSON results' file (- for standard output).")
 def bench(backends: tuple[str, ...], pg_url: str, rebuild_events: int, small_events: int, replay_events: int,
           throughput_commands: int, concurrent_commands: int, view_chats: int, interleave: int,
           only: tuple[str, ...], quick: bool, out: str) -> None:
@@ -163,6 +187,9 @@ def bench(backends: tuple[str, ...], pg_url: str, rebuild_events: int, small_eve
         raise click.ClickException(str(e)) from None
     results["settings"]["quick"] = quick
     print_bench_table(results)
+    if out == "-":
+        click.echo(json.dumps(results, indent=2))
+        return
     with open(out, "w", encoding="utf-8") as f:
         json.dump(results, f, indent=2)
     click.echo(f"\nwrote {out}")

@@ -17,9 +17,37 @@ import click
 import msgspec
 
 from commands import views
-from commands.cli.context import STATUS_COLUMNS, Ctx, caught_up, emit_json, parse_uuid, pass_ctx, print_rows, progress_bar
+from commands.cli.context import (
+    STATUS_COLUMNS, Ctx, caught_up, emit_json, json_lines_flag, pass_ctx, print_rows, print_table, progress_bar,
+)
+from ledger.chat.state import state_legend
 from ledger.errors import LedgerError
 from projections import Follower, status
+
+PROJECTION_NAMES = ("chat_views", "conversations", "org_models")
+
+
+def _complete_projection(_ctx: Any, _param: Any, incomplete: str) -> list[str]:
+    """Shell completion of a projection name (no ledger is opened)."""
+    return [n for n in PROJECTION_NAMES if n.startswith(incomplete)]
+
+
+projection_name = click.argument("name", required=False, shell_complete=_complete_projection)
+
+
+def window_options(time_column: str) -> Any:
+    """``--limit``, ``--since``, ``--until`` of a listing (``commands.views.Window``)."""
+
+    def decorate(f: Any) -> Any:
+        f = click.option("--until", default=None, metavar="TIME", help=f"Only rows with {time_column} at or before TIME (ISO 8601).")(f)
+        f = click.option("--since", default=None, metavar="TIME", help=f"Only rows with {time_column} at or after TIME (ISO 8601).")(f)
+        return click.option("--limit", type=click.IntRange(min=0), default=None, metavar="N", help="At most N rows.")(f)
+
+    return decorate
+
+
+def _legend() -> str:
+    return "\b\nExecution states:\n" + "\n".join(f"  {r['execution_state']:<5} {r['meaning']}" for r in state_legend())
 
 #: ``--batch-size`` of ``projections catch-up`` and ``rebuild``
 batch_size_option = click.option(
@@ -28,39 +56,54 @@ batch_size_option = click.option(
          "faster (fewer rewrites of each chat's rows); a crash loses at most one batch of work.")
 
 
-@click.command("status")
+@click.command("status", epilog=_legend())
 @click.argument("chat_id", required=False)
 @click.option("--org", default=None, help="Only this organization's chats.")
 @click.option("--status", "status_filter", default=None,
               type=click.Choice(["waiting", "running", "interrupting", "requires_action", "error", "paused"]))
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@window_options("updated_at")
+@json_lines_flag
 @pass_ctx
-def status_cmd(c: Ctx, chat_id: str | None, org: str | None, status_filter: str | None, as_json: bool) -> None:
-    """Chat status (the chat_status view): one chat, or every chat (filters --org, --status)."""
-    rows = views.chat_status(caught_up(c, ("chat_views",)), parse_uuid(chat_id) if chat_id else None,
-                             parse_uuid(org, "organization id") if org else None, status_filter)
+def status_cmd(c: Ctx, chat_id: str | None, org: str | None, status_filter: str | None, limit: int | None,
+               since: str | None, until: str | None, as_json: bool) -> None:
+    """Chat status (the chat_status view): one chat, or every chat (filters --org, --status), the least
+    recently updated first. `chat-ledger states` explains the execution states."""
+    cid, oid = c.chat_id(chat_id) if chat_id else None, c.org_id(org) if org else None
+    rows = views.chat_status(caught_up(c, ("chat_views",)), cid, oid, status_filter,
+                             views.Window(limit, since, until))
     print_rows(rows, as_json, STATUS_COLUMNS)
+
+
+@click.command("states")
+@json_lines_flag
+def states(as_json: bool) -> None:
+    """The execution-state codes of `status` and what each means."""
+    print_rows(state_legend(), as_json, ("execution_state", "meaning"))
 
 
 @click.command()
 @click.argument("chat_id", required=False)
 @click.option("--org", default=None, help="Only this organization's chats.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@window_options("since (the message's time)")
+@json_lines_flag
 @pass_ctx
-def unresolved(c: Ctx, chat_id: str | None, org: str | None, as_json: bool) -> None:
-    """Unresolved tool calls of each chat's latest assistant message (the unresolved_tool_calls view)."""
-    rows = views.unresolved(caught_up(c, ("chat_views",)), parse_uuid(chat_id) if chat_id else None,
-                            parse_uuid(org, "organization id") if org else None)
+def unresolved(c: Ctx, chat_id: str | None, org: str | None, limit: int | None, since: str | None,
+               until: str | None, as_json: bool) -> None:
+    """Unresolved tool calls of each chat's latest assistant message (the unresolved_tool_calls view), in
+    the order the message lists them."""
+    cid, oid = c.chat_id(chat_id) if chat_id else None, c.org_id(org) if org else None
+    rows = views.unresolved(caught_up(c, ("chat_views",)), cid, oid, views.Window(limit, since, until))
     print_rows(rows, as_json, ("chat_id", "tool_call_id", "tool_name", "kind", "since"))
 
 
 @click.command()
 @click.argument("chat_id")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option("--limit", type=click.IntRange(min=0), default=None, metavar="N", help="At most N prompts.")
+@json_lines_flag
 @pass_ctx
-def queue(c: Ctx, chat_id: str, as_json: bool) -> None:
+def queue(c: Ctx, chat_id: str, limit: int | None, as_json: bool) -> None:
     """Queued prompts of a chat, head first (the chat_queue view)."""
-    rows = views.chat_queue(caught_up(c, ("chat_views",)), parse_uuid(chat_id))
+    rows = views.chat_queue(caught_up(c, ("chat_views",)), c.chat_id(chat_id), limit)
     print_rows(rows, as_json, ("queued_message_id", "position", "text", "hook_allowed_tools", "created_by"))
 
 
@@ -82,7 +125,7 @@ def _selected(c: Ctx, name: str | None) -> list[Any]:
 
 
 @projections.command("status")
-@click.option("--json", "as_json", is_flag=True)
+@json_lines_flag
 @pass_ctx
 def projections_status(c: Ctx, as_json: bool) -> None:
     """Each projection's position, the head of the log, the lag in events and the live version; a failed
@@ -106,12 +149,13 @@ def projections_status(c: Ctx, as_json: bool) -> None:
 
 
 @projections.command("catch-up")
-@click.argument("name", required=False)
+@projection_name
 @batch_size_option
 @click.option("--wait", type=click.FloatRange(0), default=30.0, show_default=True,
               help="Seconds to wait for another writer of a build (a rebuild) before giving up on it.")
+@json_lines_flag
 @pass_ctx
-def projections_catch_up(c: Ctx, name: str | None, batch_size: int, wait: float) -> None:
+def projections_catch_up(c: Ctx, name: str | None, batch_size: int, wait: float, as_json: bool) -> None:
     """Bring projections (default: all) up to the head of the log. A projection that fails does not stop
     the others; the command then exits 1."""
     backend, failed = c.backend, []
@@ -121,20 +165,26 @@ def projections_catch_up(c: Ctx, name: str | None, batch_size: int, wait: float)
                 n = views.catch_up_one(c.app, p, backend, batch_size, progress, wait=wait)
         except LedgerError as e:
             failed.append(e)
-            click.echo(f"{p.name}: not caught up ({e.code})")
+            if as_json:
+                emit_json({"projection": p.name, "caught_up": False, "error": e.to_dict()})
+            else:
+                click.echo(f"{p.name}: not caught up ({e.code})")
             continue
-        click.echo(f"{p.name}: {n} events applied")
+        if as_json:
+            emit_json({"projection": p.name, "caught_up": True, "events_applied": n})
+        else:
+            click.echo(f"{p.name}: {n} events applied")
     if failed:  # one error line on stderr, as for every command: the first failure, and how many there were
         raise failed[0] if len(failed) == 1 else LedgerError(
             failed[0].code, f"{len(failed)} projections failed; first: {failed[0].message}")
 
 
 @projections.command("rebuild")
-@click.argument("name", required=False)
+@projection_name
 @click.option("--blue-green", is_flag=True, help="Build the next version beside the live one, compare, then switch.")
 @click.option("--accept-diff", is_flag=True, help="With --blue-green: switch even when the new version differs.")
 @batch_size_option
-@click.option("--json", "as_json", is_flag=True)
+@json_lines_flag
 @pass_ctx
 def projections_rebuild(c: Ctx, name: str | None, blue_green: bool, accept_diff: bool, batch_size: int,
                         as_json: bool) -> None:
@@ -209,11 +259,17 @@ def projections_follow(c: Ctx, poll_interval: float, duration: float | None, bat
             failure.append(e)
             stop.set()
 
-    follower = Follower(app, ps, backend, poll_interval=poll_interval, batch_size=batch_size, on_failure=failed)
+    tty = sys.stderr.isatty()
+
+    def batch(p: Any, done: int, total: int) -> None:  # not on a terminal: one log line per batch
+        click.echo(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {p.name}: {done}/{total} notifications applied "
+                   f"(head {app.head()})", err=True)
+
+    follower = Follower(app, ps, backend, poll_interval=poll_interval, batch_size=batch_size, on_failure=failed,
+                        on_batch=None if tty else batch)
     worker = threading.Thread(target=run, name="projections-follow", daemon=True)
     worker.start()
     started = time.monotonic()
-    tty = sys.stderr.isatty()
     previous = _stop_on_signals(stop)
     try:
         while not stop.wait(0.5):
@@ -238,11 +294,50 @@ def projections_follow(c: Ctx, poll_interval: float, duration: float | None, bat
 
 
 @projections.command("prune")
-@click.argument("name", required=False)
+@projection_name
+@json_lines_flag
 @pass_ctx
-def projections_prune(c: Ctx, name: str | None) -> None:
+def projections_prune(c: Ctx, name: str | None, as_json: bool) -> None:
     """Drop the builds beside the live one (left by killed or refused blue/green rebuilds, or the previous
     live build kept after a switch) of projections (default: all). Builds being written are kept."""
     for p in _selected(c, name):
         dropped = views.prune_one(p, c.backend)
-        click.echo(f"{p.name}: " + (f"dropped {', '.join(f'v{v}' for v in dropped)}" if dropped else "nothing to drop"))
+        if as_json:
+            emit_json({"projection": p.name, "dropped": dropped})
+        else:
+            click.echo(f"{p.name}: " + (f"dropped {', '.join(f'v{v}' for v in dropped)}" if dropped else "nothing to drop"))
+
+
+@projections.command("switches")
+@click.argument("name", shell_complete=_complete_projection)
+@json_lines_flag
+@pass_ctx
+def projections_switches(c: Ctx, name: str, as_json: bool) -> None:
+    """The switch log of a projection, oldest first: which build readers moved to, when, how (initial,
+    in_place, blue_green, rollback), at which position, and the compared row sets' digest."""
+    p = _selected(c, name)[0]
+    rows = views.switch_log(c.backend, p.name)
+    if as_json:
+        print_rows(rows, True, ())
+        return
+    for r in rows:
+        r["from"] = f"v{r['from_version']}" if r["from_version"] is not None else "-"
+        r["to"] = f"v{r['to_version']}"
+        r["digest"] = (r["diff_digest"] or "")[:12] or None
+    print_table(rows, ("switched_at", "mode", "from", "to", "position", "diff_rows", "accepted_with_diff", "digest"))
+
+
+@projections.command("rollback")
+@click.argument("name", shell_complete=_complete_projection)
+@json_lines_flag
+@pass_ctx
+def projections_rollback(c: Ctx, name: str, as_json: bool) -> None:
+    """Switch a projection's readers back to the build live before the last switch, when it is still there
+    (`no_previous_build` otherwise). It catches up from where it stopped; a second rollback undoes it."""
+    p = _selected(c, name)[0]
+    switch = views.rollback_one(p, c.backend)
+    if as_json:
+        emit_json(msgspec.to_builtins(switch))
+        return
+    click.echo(f"{p.name}: rolled back from v{switch.from_version} to v{switch.to_version} (at position "
+               f"{switch.position}; it catches up on the next read)")

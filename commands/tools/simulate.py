@@ -56,8 +56,11 @@ class Simulation(WorkerRole, UserRole):
     """One run: ``run()`` drives the chats; ``summary()`` reports it."""
 
     def __init__(self, app: Any, *, chats: int, seed: int, orgs: int = 3, salt: str | None = None,
-                 concurrency: int = 32, max_ticks: int = 400, turns: int = 4, steps: int = 6) -> None:
+                 concurrency: int = 32, max_ticks: int = 400, turns: int = 4, steps: int = 6,
+                 progress: Any = None) -> None:
         self.app = app
+        self.progress = progress  # progress(chats done, chats) after each chat is done, if given
+        self.finished = 0
         self.n_chats = chats
         self.seed = seed
         self.n_orgs = max(orgs, 1)
@@ -209,6 +212,9 @@ class Simulation(WorkerRole, UserRole):
             self.tick(c, active_chats)
             if c.done:
                 active_chats.remove(c)
+                self.finished += 1
+                if self.progress is not None:
+                    self.progress(self.finished, self.n_chats)
         self.seconds = time.perf_counter() - t0
         self.events = self.app.head() - head0
         return self

@@ -171,6 +171,30 @@ def classify(status: str, queue_nonempty: bool, archived: bool, head_under_edit:
 VALID_STATES = ("W", "E0", "E1", "E1P", "R0", "R1", "R1P", "I0", "I1", "I1P", "A0", "A1", "A1P", "P",
                 "XW", "XE0", "XE1", "XE1P")
 
+_STATUS_OF = {"W": "waiting", "E": "error", "R": "running", "I": "interrupting", "A": "requires_action (waiting "
+              "for client tool results)", "P": "paused (the queue head is being edited)"}
+
+
+def describe_state(code: str) -> str:
+    """What an execution-state code means, for people: ``R1`` is "running, prompts queued"."""
+    archived = code.startswith("X")
+    rest = code[1:] if archived else code
+    if rest not in {c.lstrip("X") for c in VALID_STATES}:
+        return "invalid (status, queue and archived flag do not fit together; `chat reconcile` repairs it)"
+    words = [_STATUS_OF[rest[0]]]
+    if rest[1:2] == "0":
+        words.append("queue empty")
+    elif rest[1:2] == "1":
+        words.append("prompts queued" + ("; the head is being edited" if rest.endswith("P") else ""))
+    if archived:
+        words.append("archived")
+    return ", ".join(words)
+
+
+def state_legend() -> list[dict[str, str]]:
+    """Every valid execution-state code with its meaning (``chat-ledger states``)."""
+    return [{"execution_state": c, "meaning": describe_state(c)} for c in VALID_STATES]
+
 
 # -- queries over the message index ------------------------------------------------------------------
 

@@ -101,7 +101,8 @@ def tool_call_execution_ids(chat_id: UUID, assistant_message_id: int, provider_i
 
 
 def unresolved_rows(s: ChatState) -> list[dict[str, Any]]:
-    return [json_row(r) for r in unresolved_values(s)]
+    """The unresolved calls as ``show`` gives them (the view's columns less its ordering column)."""
+    return [json_row({k: v for k, v in r.items() if k != "call_index"}) for r in unresolved_values(s)]
 
 
 def unresolved_values(s: ChatState) -> list[dict[str, Any]]:
@@ -111,6 +112,7 @@ def unresolved_values(s: ChatState) -> list[dict[str, Any]]:
         return []
     ids = tool_call_execution_ids(s.chat_id, assistant.message_id, [c.tool_call_id for c in assistant.calls])
     dynamic = set(s.dynamic_tools)
+    index = {c.tool_call_id: i for i, c in enumerate(assistant.calls)}
     return [
         {
             "chat_id": uuid_str(s.chat_id),
@@ -121,6 +123,7 @@ def unresolved_values(s: ChatState) -> list[dict[str, Any]]:
             "execution_id": _s(ids.get(c.tool_call_id)),
             "args": to_jsonable(c.args),
             "since": assistant.created_at,
+            "call_index": index.get(c.tool_call_id, 0),  # the call's place in the message (the view's order)
         }
         for c in calls
     ]

@@ -12,6 +12,7 @@ from eventsourcing.persistence import StoredEvent
 
 from ledger.base import TOPICS
 from ledger.store import open_app
+from projections.chats import ChatViews
 from tests.audit.kit import cli, scenario
 from tests.catalog.kit import ALICE, ORG, run
 from tests.store.rawdb import RawDB
@@ -115,16 +116,20 @@ def test_stats_counts_per_topic_and_class_version(db_url):
     assert cli(db_url, "events", "stats").output.splitlines()[-1] == f"total {head}"
 
 
+#: the chat_status table of the chat views' build (named by the projection's version)
+TABLE = f"chat_views_v{ChatViews.version}_chat_status"
+
+
 def test_a_view_row_that_disagrees_with_the_fold_is_reported(db_url):
     a, b, head = _two_chats(db_url)
     cli(db_url, "projections", "catch-up")
     raw = RawDB(db_url)
     if raw.db.backend == "sqlite":
         with raw._sqlite() as conn:
-            conn.execute("UPDATE chat_views_v2_chat_status SET title = 'tampered' WHERE chat_id = ?", (a,))
+            conn.execute(f"UPDATE {TABLE} SET title = 'tampered' WHERE chat_id = ?", (a,))
     else:
         with raw._pg() as conn:
-            conn.execute(f'UPDATE "{raw.db.schema}".chat_views_v2_chat_status SET title = %s WHERE chat_id = %s',
+            conn.execute(f'UPDATE "{raw.db.schema}".{TABLE} SET title = %s WHERE chat_id = %s',
                          ("tampered", a))
     result = cli(db_url, "events", "verify", "--json", code=1)
     report = json.loads(result.output)

@@ -78,8 +78,9 @@ def test_models_and_resolve_model_json(db_url):
     assert view["effective"]["compaction"]["model_config_id"] == M1
     r = cli(db_url, "resolve-model", CHAT, "--context", "title_generation", "--json")
     assert r.exit_code == 1
-    assert (f"error: model_override_unusable: the title_generation model override {M2} is not usable: "
-            "the model config is disabled (disabled)") in r.output
+    assert json.loads(r.output)["error"] == {  # --json: the error as JSON too
+        "code": "model_override_unusable",
+        "message": f"the title_generation model override {M2} is not usable: the model config is disabled (disabled)"}
 
     r = cli(db_url, "resolve-model", CHAT, "--json")
     assert r.exit_code == 0, r.output
@@ -119,7 +120,8 @@ def test_resolve_model_without_a_usable_default(db_url):
         {"type": "update_model_config", "organization_id": ORG, "model_config_id": M1, "enabled": False}))
     r = cli(db_url, "resolve-model", CHAT, "--json")
     assert r.exit_code == 1
-    assert "error: no_default_model: No default chat model config is configured." in r.output
+    assert json.loads(r.output)["error"] == {"code": "no_default_model",
+                                             "message": "No default chat model config is configured."}
     r = cli(db_url, "models", "--org", ORG, "--user", ALICE, "--json")
     assert json.loads(r.output)["effective"]["root"]["error"] == "no_default_model"
 

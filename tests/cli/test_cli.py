@@ -325,9 +325,9 @@ def test_status_filters(cli: LedgerCLI, two_chats: dict[str, str]) -> None:
 
     table = cli.run("status").stdout.splitlines()
     assert table[0].split()[:3] == ["chat_id", "execution_state", "status"]
-    assert sorted(line.split()[0] for line in table[1:]) == sorted([c, d])
+    assert sorted(line.split()[0] for line in table[1:]) == sorted([c[:8], d[:8]])  # short ids (unique here)
     one = cli.run("status", c).stdout.splitlines()
-    assert len(one) == 2 and one[1].split()[:3] == [c, "R1", "running"]
+    assert len(one) == 2 and one[1].split()[:3] == [c[:8], "R1", "running"]
     assert cli.run("status", "--org", str(uuid4())).stdout.strip() == "(none)"
     assert cli.run("status", "--status", "bogus").exit_code == 2  # click validates the choice
 
@@ -425,7 +425,10 @@ def test_unknown_chat_prints_error_and_exits_1(cli: LedgerCLI, args: list[str]) 
     cli.run("init")
     result = cli.run(*[a.format(id=uuid4()) for a in args])
     assert result.exit_code == 1
-    assert result.stderr == "error: chat_not_found: chat not found\n"
+    if "--json" in args:  # --json: the error as JSON too
+        assert json.loads(result.stderr) == {"error": {"code": "chat_not_found", "message": "chat not found"}}
+    else:
+        assert result.stderr == "error: chat_not_found: chat not found\n"
     assert result.stdout == ""
 
 

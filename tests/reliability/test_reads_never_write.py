@@ -41,11 +41,12 @@ READ_COMMANDS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("show",): (CHAT,), ("audit",): (CHAT,), ("explain",): (CHAT, "--turn", CHAT), ("resolve-model",): (CHAT,),
     ("next-action",): (CHAT,), ("events", "verify"): (), ("events", "stats"): (), ("events", "export"): (),
     ("projections", "status"): (), ("projections", "prune"): (), ("conversation", "status"): (),
-    ("conversation", "show"): (CONV,),
+    ("conversation", "show"): (CONV,), ("projections", "switches"): ("chat_views",),
+    ("projections", "rollback"): ("chat_views",),
 }
 READS = [(*path, *args) for path, args in READ_COMMANDS.items()] + [("status",)]
 #: commands that do not open the ledger named by --db at all
-NOT_OPENING = {("bench",)}
+NOT_OPENING = {("bench",), ("states",)}
 
 
 def leaf_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

@@ -68,7 +68,7 @@ def test_cli_simulate_check_and_next_action_at_a_decision(sqlite_url: str) -> No
     runner = CliRunner()
     result = runner.invoke(main, ["--db", sqlite_url, "simulate", "--chats", "6", "--seed", "2", "--check", "--json"])
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)
+    summary = json.loads(result.stdout)  # (progress lines go to stderr)
     assert summary["chats"] == 6 and summary["check"]["problems"] == 0
     assert summary["commands"] == summary["applied"] + summary["refused"]
     text = runner.invoke(main, ["--db", sqlite_url, "simulate", "--chats", "3", "--seed", "2"])

@@ -1,0 +1,54 @@
+"""Audit pages rendered with Jinja2 from the plain data of ``ledger.audit.page`` (autoescaped).
+
+Templates (package data under ``ledger/audit/templates/``): ``base.html`` (the layout: inline CSS, no
+scripts, no network assets), ``_macros.html`` (state badges, ids, the timeline, the legend) and one page per
+kind: ``chat.html``, ``catalog.html``, ``conversation.html``. Every link goes through ``link(kind, id)``:
+the static page (``static_link``) uses anchors on the page and relative files for other streams; a server
+passes its own routes. ``short(id)`` shows an id at its shortest unique length on the page.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Callable
+
+Link = Callable[[str, Any], str]
+
+#: the kinds of ``link``: things on the page (an anchor) and other streams (another page)
+ON_PAGE = ("event", "message", "call", "result", "execution", "turn", "queued")
+ANCHOR_PREFIX = {"event": "ev", "message": "msg", "call": "call", "result": "result", "execution": "exec",
+                 "turn": "turn", "queued": "q"}
+
+
+def anchor(kind: str, ident: Any) -> str:
+    return f"{ANCHOR_PREFIX[kind]}-{ident}"
+
+
+def static_link(kind: str, ident: Any) -> str:
+    """The static page's links: ``#anchor`` on the page; another chat or stream is the file ``<id>.html``
+    beside it (``chat-ledger audit ID --html ID.html``)."""
+    if kind in ON_PAGE:
+        return "#" + anchor(kind, ident)
+    return f"{ident}.html"
+
+
+@lru_cache(maxsize=1)
+def environment() -> Any:
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+    env = Environment(loader=PackageLoader("ledger.audit", "templates"), autoescape=select_autoescape(["html"]),
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.globals["anchor"] = anchor
+    return env
+
+
+def render_page(page: dict[str, Any], link: Link = static_link, **extra: Any) -> str:
+    """The page for ``page`` (``ledger.audit.page.chat_page`` or ``stream_page`` data)."""
+    from ledger.chat.state import state_legend
+
+    template = {"chat": "chat.html", "catalog": "catalog.html", "conversation": "conversation.html"}.get(
+        page["kind"], "catalog.html")
+    ids = page.get("ids") or {}
+    return environment().get_template(template).render(
+        page=page, link=link, short=lambda v: "-" if v is None else ids.get(str(v), str(v)[:8]),
+        legend=state_legend(), **extra)
