@@ -128,7 +128,7 @@ async def _events(svc: Service, selection: Filter, position: int) -> AsyncIterat
         if page.events or position < svc.watcher.head:
             continue
         if not await svc.watcher.wait_beyond(position, KEEPALIVE):
-            yield ServerSentEventMessage(comment="keep-alive")
+            yield ServerSentEventMessage(comment="keep-alive", data=None)
 
 
 ROUTES = [get_events, get_stream]
