@@ -2,5 +2,5 @@
 
 ``app.create_app(url)`` builds it; ``service`` holds the per-process state (the open ledger, the token index,
 the streams' scopes, the log watcher, the views' follower); ``routes`` the JSON API; ``stream`` the log and
-its Server-Sent Events stream; ``ui`` the web pages. docs/server.md documents the API.
+its Server-Sent Events stream. docs/server.md documents the API.
 """

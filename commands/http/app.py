@@ -1,6 +1,6 @@
 """The ASGI application: ``create_app(url)`` (``chat-ledger serve`` runs it under uvicorn).
 
-Routes: the JSON API (``routes``), the event log and its stream (``stream``), the web pages (``ui``), and
+Routes: the JSON API (``routes``), the event log and its stream (``stream``), and
 ``/openapi.json``, ``/healthz``, ``/readyz``, ``/metrics`` (no token needed for these four). Every error is
 ``{"error": {"code", "message"}}`` with the status of its code (``service.status_of``).
 """
@@ -144,10 +144,8 @@ def create_app(url: str, *, follow: bool = True, poll_interval: float | None = N
         finally:
             svc.close()
 
-    from commands.http import ui
-
     return Litestar(
-        route_handlers=[*routes.ROUTES, *stream.ROUTES, *ui.ROUTES, healthz, readyz, metrics, openapi_json],
+        route_handlers=[*routes.ROUTES, *stream.ROUTES, healthz, readyz, metrics, openapi_json],
         lifespan=[lifespan],
         exception_handlers={LedgerError: _ledger_error, HTTPException: _http_error, Exception: _other_error},
         openapi_config=OpenAPIConfig(
