@@ -87,4 +87,6 @@ def serve(c: Ctx, host: str, port: int, follow: bool) -> None:
     c.app  # noqa: B018 - open (or create) the ledger first: a bad --db fails here, before listening
     app = create_app(c.url, follow=follow)
     click.echo(f"chat-ledger serving {c.where} on http://{host}:{port} (docs: /openapi.json)", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on")
+    # open event streams never end by themselves: a stop closes them after 2 s
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on",
+                timeout_graceful_shutdown=2)

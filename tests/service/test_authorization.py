@@ -16,7 +16,7 @@ OK = "ok"
 
 def endpoints(w):
     """name -> (method, path, params or body, what it touches): own org A = ORG, B = ORG2."""
-    a, b, c = w.chat_a, w.chat_b, w.chat_c
+    a, c = w.chat_a, w.chat_c
     reads = {}
     for label, chat in (("chat_a", a), ("chat_c", c)):
         for what in ("", "/unresolved", "/queue", "/timeline", "/next-action"):
@@ -105,7 +105,7 @@ def test_the_matrix(world, db_url):
     assert rows == len(ROLES) * (len(reads) + len(writes)) == 6 * 30
 
     # no token, a token never issued, a revoked token: 401 with its code, on every route
-    from commands.tokens import revoke_token, TokenIndex
+    from commands.tokens import TokenIndex, revoke_token
     from ledger.store import open_app
 
     app = open_app(db_url)

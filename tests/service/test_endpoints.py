@@ -17,7 +17,8 @@ def test_every_endpoint_answers(world):
 
         page = c.get("/v1/chats", params={"org": ORG}).json()
         assert {r["chat_id"] for r in page["items"]} == {world.chat_a, world.chat_b}
-        assert [r["chat_id"] for r in c.get("/v1/chats", params={"status": "waiting"}).json()["items"]] == [world.chat_a]
+        waiting = c.get("/v1/chats", params={"status": "waiting"}).json()["items"]
+        assert [r["chat_id"] for r in waiting] == [world.chat_a]
 
         row = c.get(f"/v1/chats/{world.chat_a}").json()
         assert row["chat_id"] == world.chat_a and row["owner_id"] == ALICE
@@ -42,7 +43,8 @@ def test_every_endpoint_answers(world):
         assert c.get(f"/v1/chats/{world.chat_a}/next-action", params={"at": 2}).json()["version"] == 2
 
         events = c.get("/v1/events", params={"limit": 5}).json()
-        assert [e["notification_id"] for e in events["events"]] == sorted(e["notification_id"] for e in events["events"])
+        ids = [e["notification_id"] for e in events["events"]]
+        assert ids == sorted(ids)
         rest = c.get("/v1/events", params={"after": events["next_after"], "limit": 1000}).json()
         everything = events["events"] + rest["events"]
         assert len({e["notification_id"] for e in everything}) == len(everything)
