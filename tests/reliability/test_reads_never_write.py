@@ -41,7 +41,7 @@ READ_COMMANDS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("show",): (CHAT,), ("audit",): (CHAT,), ("explain",): (CHAT, "--turn", CHAT), ("resolve-model",): (CHAT,),
     ("next-action",): (CHAT,), ("events", "verify"): (), ("events", "stats"): (), ("events", "export"): (),
     ("projections", "status"): (), ("projections", "prune"): (), ("conversation", "status"): (),
-    ("conversation", "show"): (CONV,),
+    ("conversation", "show"): (CONV,), ("tokens", "list"): (), ("tokens", "revoke"): (CHAT,),
 }
 READS = [(*path, *args) for path, args in READ_COMMANDS.items()] + [("status",)]
 #: commands that do not open the ledger named by --db at all
