@@ -102,13 +102,16 @@ BOM = b"\xef\xbb\xbf"
 
 
 def apply_lines(app: Any, lines: Iterable[bytes | str], stop_on_error: bool = False,
-                out: Callable[[dict[str, Any]], None] = lambda _: None) -> tuple[int, int]:
+                out: Callable[[dict[str, Any]], None] = lambda _: None,
+                prepare: Callable[[Command], Command] | None = None) -> tuple[int, int]:
     """Run JSONL commands in order, handing ``out`` one result line each (CONTRACT §4), as each line is
     run (so a caller streaming commands reads each result before sending the next). Returns (ok, refused).
 
     Lines are bytes (``str`` lines are encoded as UTF-8): every non-blank line gets exactly one result,
     whatever it holds — a line that is not UTF-8, not JSON or nested too deeply is ``invalid_command`` for
-    that line alone. A UTF-8 byte order mark opening line 1 is ignored."""
+    that line alone. A UTF-8 byte order mark opening line 1 is ignored. ``prepare`` (the HTTP service's
+    authorization, ``commands.access.authorize``) gets each decoded command and returns the one to run, or
+    raises the line's refusal."""
     ok = refused = 0
     for number, line in enumerate(lines, start=1):
         if isinstance(line, str):
@@ -121,6 +124,8 @@ def apply_lines(app: Any, lines: Iterable[bytes | str], stop_on_error: bool = Fa
         try:
             command = decode_command(line)
             ctype = command_type(type(command))
+            if prepare is not None:
+                command = prepare(command)
             result = execute(app, command)
         except LedgerError as e:
             refused += 1

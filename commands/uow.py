@@ -51,6 +51,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError, PersistenceError, StoredEvent
 
+from commands.metrics import COUNTERS
 from ledger.base import DeciderAggregate, LedgerEvent
 from ledger.errors import LedgerError
 from ledger.recorders import EXPECTED_VERSIONS, ConnectionLost, DependencyChanged, SaveInDoubt
@@ -238,6 +239,7 @@ def run(app: Any, work: Callable[[UnitOfWork], R], max_attempts: int = MAX_ATTEM
                 from_memory = False
                 continue
             attempt += 1
+            COUNTERS.add("chat_ledger_conflict_retries_total")
             time.sleep(random.uniform(0, 0.002 * (2 ** min(attempt - 1, 6))))
             continue
         return result

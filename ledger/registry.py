@@ -1,6 +1,7 @@
 """Imports every aggregate and event module, so every stored topic can be decoded wherever the store
 is opened (a projection runner or an export must not depend on which commands were imported)."""
 
+import ledger.access.aggregate  # noqa: F401
 import ledger.catalog.aggregate  # noqa: F401
 import ledger.chat.aggregate  # noqa: F401
 import ledger.conversation.aggregate  # noqa: F401

@@ -41,6 +41,7 @@ CREATING_COMMANDS = frozenset({
     *(("conversation", name) for name in (
         "start", "arrive", "begin", "stage", "steer", "commit-steer", "complete", "fail", "restart", "recover")),
     ("projections", "catch-up"), ("projections", "rebuild"), ("projections", "follow"),
+    ("tokens", "create"), ("serve",),
 })
 
 STATUS_COLUMNS = ("chat_id", "execution_state", "status", "queue_length", "message_count", "version", "title")

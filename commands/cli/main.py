@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from commands.cli import audit, catalog, chat, conversation, events, generation, tools, views
+from commands.cli import access, audit, catalog, chat, conversation, events, generation, tools, views
 from commands.cli.context import Ctx, emit_json
 from commands.failures import as_ledger_error, debugging
 
@@ -110,6 +110,7 @@ for command in (
     events.events,
     conversation.conversation,
     tools.demo, tools.simulate_cmd, tools.bench,
+    access.tokens, access.serve,
 ):
     main.add_command(command)
 

@@ -15,7 +15,8 @@ import click
 
 from commands.cli.context import STATUS_COLUMNS, Ctx, emit_json, json_option, pass_ctx, print_table
 from commands.handler import apply_lines
-from commands.tools.bench import KINDS, PG_DEFAULT, print_table as print_bench_table, run_bench
+from commands.tools.bench import KINDS, PG_DEFAULT, run_bench
+from commands.tools.bench import print_table as print_bench_table
 from commands.tools.demo import SCENARIOS, expected_refusals, fresh_ids, scenario_files
 from commands.tools.sim_checks import check_chats, check_decisions
 from commands.tools.simulate import simulate
@@ -165,6 +166,8 @@ def simulate_cmd(c: Ctx, chats: int, seed: int, orgs: int, concurrency: int, sal
 @click.option("--throughput-commands", type=int, default=4000, show_default=True)
 @click.option("--concurrent-commands", type=int, default=300, show_default=True, help="Per writer process.")
 @click.option("--view-chats", type=int, default=100_000, show_default=True)
+@click.option("--service-commands", type=int, default=2000, show_default=True,
+              help="Commands the 8 HTTP clients send (and apply runs in process).")
 @click.option("--interleave", type=int, default=300, show_default=True,
               help="Chats recorded at once in the interleaved rebuild ledger (of --small-events events; 1: skip it).")
 @click.option("--only", multiple=True, type=click.Choice(KINDS), help="Default: all.")
@@ -172,17 +175,17 @@ def simulate_cmd(c: Ctx, chats: int, seed: int, orgs: int, concurrency: int, sal
 @click.option("--output", "-o", "--out", "out", type=click.Path(dir_okay=False, allow_dash=True),
               default="bench-results.json", show_default=True, help="The JSON results' file (- for standard output).")
 def bench(backends: tuple[str, ...], pg_url: str, rebuild_events: int, small_events: int, replay_events: int,
-          throughput_commands: int, concurrent_commands: int, view_chats: int, interleave: int,
-          only: tuple[str, ...], quick: bool, out: str) -> None:
+          throughput_commands: int, concurrent_commands: int, view_chats: int, service_commands: int,
+          interleave: int, only: tuple[str, ...], quick: bool, out: str) -> None:
     """Measure replay, rebuild, command throughput, concurrent writers and view queries against same-run
     baselines; print a table, write JSON."""
     if quick:
         rebuild_events, small_events, replay_events = 4000, 2000, 1000
-        throughput_commands, concurrent_commands, view_chats = 400, 40, 2000
+        throughput_commands, concurrent_commands, view_chats, service_commands = 400, 40, 2000, 200
     try:
         results = run_bench(list(backends) or ["sqlite", "postgres"], pg_url, rebuild_events, small_events,
                             replay_events, set(only) or set(KINDS), throughput_commands, concurrent_commands,
-                            view_chats, interleave)
+                            view_chats, interleave, service_commands)
     except RuntimeError as e:
         raise click.ClickException(str(e)) from None
     results["settings"]["quick"] = quick

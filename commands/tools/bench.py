@@ -7,6 +7,9 @@
   events the handler recorded, one save per command, into a fresh database (overhead target <= 1.3x);
 * concurrent: 4 writer processes on distinct chats and on 2 contended chats: commands/s, conflict
   retries (counted by wrapping ``UnitOfWork.commit``), refusals;
+* service: 8 concurrent HTTP clients recording chats through ``chat-ledger serve`` vs ``apply`` of the same
+  commands in one process (target >= 0.8), with p50/p99 latency and the SSE delivery lag p99 (< 100 ms)
+  (``commands.tools.bench_service``);
 * views: 100,000 small chats, the chat views caught up, then p50/p99 latency of ``backend.query`` as the
   CLI's ``status`` (by chat, by organization) and ``unresolved`` run it.
 
@@ -32,7 +35,7 @@ import click
 from commands.tools.bench_children import _drop, _fresh_url, _sibling
 
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
-KINDS = ("replay", "rebuild", "throughput", "concurrent", "views")
+KINDS = ("replay", "rebuild", "throughput", "concurrent", "views", "service")
 
 
 def _in_child(kind: str, url: str, events: int, *extra: str) -> dict[str, Any]:
@@ -45,13 +48,14 @@ def _in_child(kind: str, url: str, events: int, *extra: str) -> dict[str, Any]:
 
 def run_bench(backends: list[str], pg_url: str, rebuild_events: int, small_events: int, replay_events: int,
               only: set[str], throughput_commands: int = 4000, concurrent_commands: int = 300,
-              view_chats: int = 100_000, interleave: int = 300) -> dict[str, Any]:
+              view_chats: int = 100_000, interleave: int = 300, service_commands: int = 2000) -> dict[str, Any]:
     results: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
         "started_at": datetime.now(timezone.utc).isoformat(), "settings": {
             "rebuild_events": rebuild_events, "small_events": small_events, "replay_events": replay_events,
             "throughput_commands": throughput_commands, "concurrent_commands_per_process": concurrent_commands,
-            "concurrent_processes": 4, "view_chats": view_chats, "interleave": interleave},
+            "concurrent_processes": 4, "view_chats": view_chats, "interleave": interleave,
+            "service_commands": service_commands},
         "backends": {},
     }
     with tempfile.TemporaryDirectory() as tmp:
@@ -76,15 +80,15 @@ def run_bench(backends: list[str], pg_url: str, rebuild_events: int, small_event
                     finally:
                         _drop(url)
             for kind, n in (("throughput", throughput_commands), ("concurrent", concurrent_commands),
-                            ("views", view_chats)):
+                            ("views", view_chats), ("service", service_commands)):
                 if kind in only:
                     url = _fresh_url(backend, pg_url, tmp)
                     try:
                         r[kind] = _in_child(kind, url, n)
                     finally:
                         _drop(url)
-                        if kind == "throughput":
-                            for tag in ("h2", "s1", "s2"):
+                        if kind in ("throughput", "service"):
+                            for tag in ("h2", "s1", "s2", "inproc"):
                                 _drop(_sibling(url, tag))
             results["backends"][backend] = r
     return results
@@ -121,6 +125,19 @@ def print_table(results: dict[str, Any]) -> None:
                 click.echo(f"{backend:<9} {label:<34} "
                            f"{y['commands_per_s']:>16,} {'retries ' + format(y['conflict_retries'], ','):>16} "
                            f"{y['retries_per_command']:>7.2f} {'refused ' + str(sum(y['refused'].values())):>7}")
+        if "service" in r:
+            x = r["service"]
+            h, b = x["http"], x["in_process"]
+            click.echo(f"{backend:<9} {str(h['clients']) + ' HTTP clients vs apply (cmd/s)':<34} "
+                       f"{h['commands_per_s']:>16,} {b['commands_per_s']:>16,} {x['ratio']:>7.2f} {'>=0.8':>7}")
+            click.echo(f"{backend:<9} {'  latency HTTP / in-process':<34} "
+                       f"{'p50 ' + format(h['p50_ms'], '.1f') + ' ms':>16} {'p50 ' + format(b['p50_ms'], '.1f') + ' ms':>16}")
+            click.echo(f"{backend:<9} {'':<34} "
+                       f"{'p99 ' + format(h['p99_ms'], '.1f') + ' ms':>16} {'p99 ' + format(b['p99_ms'], '.1f') + ' ms':>16}")
+            s = h["sse"]
+            click.echo(f"{backend:<9} {'  SSE lag, ' + format(s['events'], ',') + ' events':<34} "
+                       f"{'p50 ' + format(s['p50_ms'], '.1f') + ' ms':>16} {'p99 ' + format(s['p99_ms'], '.1f') + ' ms':>16} "
+                       f"{'':>7} {'<100ms':>7}")
         if "views" in r:
             x = r["views"]
             for q, label in (("status_by_chat", "status by chat"), ("status_by_org_page", "status by org, page of 100"),

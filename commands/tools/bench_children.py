@@ -415,6 +415,9 @@ def child_views(url: str, chats: int) -> dict[str, Any]:
 
 if __name__ == "__main__":
     kind, url, events = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    from commands.tools.bench_service import child_service
+
     fn = {"rebuild": child_rebuild, "generate": child_generate, "replay": child_replay,
-          "throughput": child_throughput, "concurrent": child_concurrent, "views": child_views}[kind]
+          "throughput": child_throughput, "concurrent": child_concurrent, "views": child_views,
+          "service": child_service}[kind]
     print(json.dumps(fn(url, events, *map(int, sys.argv[4:]))))  # type: ignore[operator]

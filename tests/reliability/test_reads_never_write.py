@@ -42,7 +42,7 @@ READ_COMMANDS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("next-action",): (CHAT,), ("events", "verify"): (), ("events", "stats"): (), ("events", "export"): (),
     ("projections", "status"): (), ("projections", "prune"): (), ("conversation", "status"): (),
     ("conversation", "show"): (CONV,), ("projections", "switches"): ("chat_views",),
-    ("projections", "rollback"): ("chat_views",),
+    ("projections", "rollback"): ("chat_views",), ("tokens", "list"): (), ("tokens", "revoke"): (CHAT,),
 }
 READS = [(*path, *args) for path, args in READ_COMMANDS.items()] + [("status",)]
 #: commands that do not open the ledger named by --db at all

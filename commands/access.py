@@ -1,0 +1,219 @@
+"""Who may do what through the ledger service: the authorization rules and where they are applied.
+
+``may(principal, action, resource)`` is the rule, a pure function: None when allowed, else the refusal's
+stable code (``REFUSALS``). Everything else here maps a command or a read to the resource it touches and
+asks ``may``:
+
+* a member acts on the chats they own in their organization and reads those, and reads the organization's
+  models (their own overrides too, and may set those);
+* an admin manages the organization's catalog and may act on and read every chat of it;
+* an auditor reads everything of the organization and writes nothing;
+* deployment settings, conversations (which belong to no organization) and tokens need a deployment admin.
+
+A token names at most one organization, so every read is scoped to it: lists, views, the event log and its
+stream, timelines. The command's ``actor`` is the token's user, and so are ``created_by`` (a sent or edited
+message, a completed tool call) and ``owner_id`` (a created chat): a command that claims someone else is
+refused (``actor_mismatch``). The CLI never comes here: it is the local administrator's tool (whoever holds
+the database), as documented in docs/server.md.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, Literal
+from uuid import UUID
+
+import msgspec
+
+from commands.base import Command
+from commands.catalog import SetDeploymentSettings, SetUserModelOverride
+from commands.chat import CreateChat
+from ledger.access.state import TokenState
+from ledger.errors import LedgerError
+
+Action = Literal["read", "write"]
+Kind = Literal["chat", "catalog", "deployment"]
+
+#: code -> HTTP status and meaning (docs/server.md lists them)
+REFUSALS: dict[str, tuple[int, str]] = {
+    "missing_token": (401, "no `Authorization: Bearer <token>` header"),
+    "invalid_token": (401, "the token is not one this ledger issued"),
+    "token_revoked": (401, "the token was revoked"),
+    "not_in_organization": (403, "the resource belongs to an organization the token has no role in"),
+    "not_chat_owner": (403, "a member acts on and reads only the chats they own"),
+    "admin_required": (403, "managing the organization's catalog needs its admin role"),
+    "read_only_role": (403, "an auditor reads and writes nothing"),
+    "deployment_admin_required": (403, "deployment settings, conversations and tokens need a deployment admin"),
+    "actor_mismatch": (403, "the command names another user as its actor, creator or owner"),
+}
+
+
+class Principal(msgspec.Struct, frozen=True):
+    """Who a request acts as: the token's user, its organization and role there, deployment admin or not."""
+
+    user: UUID
+    org: UUID | None = None
+    role: str | None = None
+    deployment_admin: bool = False
+    token_id: UUID | None = None
+
+    @classmethod
+    def of(cls, token: TokenState) -> Principal:
+        return cls(token.user, token.org, token.role, token.deployment_admin, token.token_id)
+
+
+class Resource(msgspec.Struct, frozen=True):
+    """What an action touches: a chat (its organization and owner), an organization's catalog (``owner``:
+    the user whose overrides are read or set, if any), or the deployment."""
+
+    kind: Kind
+    org: UUID | None = None
+    owner: UUID | None = None
+
+
+DEPLOYMENT = Resource("deployment")
+
+
+def may(p: Principal, action: Action, r: Resource) -> str | None:
+    """None when ``p`` may do ``action`` on ``r``, else the code of the refusal (module docstring)."""
+    if r.kind == "deployment":
+        return None if p.deployment_admin else "deployment_admin_required"
+    if p.org is None or r.org != p.org:
+        return "not_in_organization"
+    if action == "write" and p.role == "auditor":
+        return "read_only_role"
+    if p.role in ("admin", "auditor"):
+        return None
+    # a member
+    if r.kind == "chat":
+        return None if r.owner == p.user else "not_chat_owner"
+    if r.owner is not None:  # a user's own overrides
+        return None if r.owner == p.user else "admin_required"
+    return None if action == "read" else "admin_required"
+
+
+def refusal(code: str) -> LedgerError:
+    return LedgerError(code, REFUSALS[code][1])
+
+
+def check(p: Principal, action: Action, r: Resource) -> None:
+    code = may(p, action, r)
+    if code is not None:
+        raise refusal(code)
+
+
+# -- streams' scopes -----------------------------------------------------------------------------------------
+
+class Scopes:
+    """stream id -> the ``Resource`` it belongs to, from the stream's first event (which never changes, so the
+    answer is kept: a bounded LRU per process). A stream with no event yet has none (None)."""
+
+    def __init__(self, app: Any, maxsize: int = 100_000) -> None:
+        self.app = app
+        self.maxsize = maxsize
+        self._known: OrderedDict[UUID, Resource] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def of(self, stream_id: UUID) -> Resource | None:
+        with self._lock:
+            found = self._known.get(stream_id)
+            if found is not None:
+                self._known.move_to_end(stream_id)
+                return found
+        first = self.app.stream(stream_id, lte=1)
+        if not first:
+            return None
+        found = self.of_first_event(first[0])
+        with self._lock:
+            self._known[stream_id] = found
+            if len(self._known) > self.maxsize:
+                self._known.popitem(last=False)
+        return found
+
+    def of_first_event(self, event: Any) -> Resource:
+        from ledger.catalog import events as cat
+        from ledger.chat import events as chat
+        from ledger.toolcalls import events as tc
+
+        if isinstance(event, chat.ChatCreated):
+            return Resource("chat", event.organization_id, event.owner_id)
+        if isinstance(event, (cat.CatalogStarted, cat.ModelConfigClaimed)):
+            return Resource("catalog", event.organization_id)
+        if isinstance(event, tc.ToolCallExecutionOpened):
+            return self.of(event.chat_id) or Resource("chat")
+        return DEPLOYMENT  # the deployment, conversations, tokens
+
+    def chat(self, chat_id: UUID) -> Resource:
+        """A chat's resource (``chat_not_found`` when the stream is not a chat)."""
+        found = self.of(chat_id)
+        if found is None or found.kind != "chat":
+            raise LedgerError("chat_not_found", "chat not found")
+        return found
+
+
+# -- commands --------------------------------------------------------------------------------------------------
+
+#: command fields that name the caller (besides ``actor``)
+_CALLER_FIELDS = ("created_by", "owner_id")
+
+
+def as_caller(p: Principal, cmd: Command) -> Command:
+    """The command with the caller's user as ``actor`` (and ``created_by`` where it has one); one that names
+    someone else there, or as a new chat's ``owner_id``, is ``actor_mismatch``."""
+    changes: dict[str, Any] = {}
+    for name in ("actor", *_CALLER_FIELDS):
+        if name not in cmd.__struct_fields__:
+            continue
+        value = getattr(cmd, name)
+        if value is None:
+            changes[name] = p.user
+        elif value != p.user:
+            raise refusal("actor_mismatch")
+    return msgspec.structs.replace(cmd, **changes) if changes else cmd
+
+
+def command_resource(scopes: Scopes, cmd: Command) -> Resource | None:
+    """What a command writes to (None: a chat that does not exist; the handler refuses it)."""
+    if type(cmd).__module__ == "commands.conversation" or isinstance(cmd, SetDeploymentSettings):
+        return DEPLOYMENT
+    if isinstance(cmd, CreateChat):
+        return Resource("chat", cmd.organization_id, cmd.owner_id)
+    if isinstance(cmd, SetUserModelOverride):
+        return Resource("catalog", cmd.organization_id, cmd.user_id)
+    org = getattr(cmd, "organization_id", None)
+    if org is not None:
+        return Resource("catalog", org)
+    chat_id = getattr(cmd, "chat_id", None)
+    if chat_id is not None:
+        found = scopes.of(chat_id)
+        return found if found is None or found.kind == "chat" else Resource("chat")
+    return DEPLOYMENT  # pragma: no cover - every command names one of the above
+
+
+def authorize(p: Principal, scopes: Scopes, cmd: Command) -> Command:
+    """The command to run for ``p`` (``as_caller``), or the refusal of it."""
+    cmd = as_caller(p, cmd)
+    resource = command_resource(scopes, cmd)
+    if resource is not None:
+        check(p, "write", resource)
+    return cmd
+
+
+# -- reads -----------------------------------------------------------------------------------------------------
+
+def chats_filter(p: Principal, org: UUID | None) -> dict[str, Any]:
+    """The chat_status filter a listing of ``p`` gets: its organization (``org``, if given, must be it), and
+    for a member its own chats only."""
+    org = org or p.org
+    check(p, "read", Resource("catalog", org))
+    where: dict[str, Any] = {"organization_id": str(org)}
+    if p.role == "member":
+        where["owner_id"] = str(p.user)
+    return where
+
+
+def visible(p: Principal, scopes: Scopes, stream_id: UUID) -> bool:
+    """Whether ``p`` may read the events of ``stream_id`` (the event log and its stream)."""
+    resource = scopes.of(stream_id)
+    return resource is not None and may(p, "read", resource) is None

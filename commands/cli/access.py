@@ -1,0 +1,93 @@
+"""``chat-ledger tokens create|list|revoke`` (API tokens of the ledger service) and ``chat-ledger serve``.
+
+The CLI is the local administrator's tool: whoever can open the database issues and revokes tokens, with no
+token of their own (recorded with ``issued_by``/``revoked_by`` null). ``commands.tokens`` does the work.
+"""
+
+from __future__ import annotations
+
+import click
+
+from commands.cli.context import Ctx, emit_json, json_option, pass_ctx, print_rows
+
+TOKEN_COLUMNS = ("token_id", "user", "org", "role", "deployment_admin", "issued_at", "revoked")
+
+
+@click.group()
+def tokens() -> None:
+    """API tokens of the ledger service: issue (shown once), list, revoke."""
+
+
+@tokens.command("create")
+@click.option("--user", "user", required=True, help="The token's user (a UUID): the actor of its commands.")
+@click.option("--org", default=None, help="The organization the token acts in (with --role).")
+@click.option("--role", type=click.Choice(["member", "admin", "auditor"]), default=None,
+              help="The token's role in --org.")
+@click.option("--deployment-admin", is_flag=True, help="May change deployment settings, conversations, tokens.")
+@json_option("Print the token (with its secret) as JSON.")
+@pass_ctx
+def tokens_create(c: Ctx, user: str, org: str | None, role: str | None, deployment_admin: bool,
+                  as_json: bool) -> None:
+    """Issue a token. Its secret is printed once: only its SHA-256 is recorded."""
+    from commands.tokens import issue_token
+
+    if (org is None) != (role is None):
+        raise click.UsageError("give --org and --role together")
+    if org is None and not deployment_admin:
+        raise click.UsageError("give --org and --role, or --deployment-admin")
+    org_id = c.org_id(org) if org else None
+    row = issue_token(c.app, user=c.user_id(user, org_id), org=org_id,
+                      role=role, deployment_admin=deployment_admin)
+    if as_json:
+        emit_json(row)
+        return
+    click.echo(f"token {row['token_id']} for user {row['user']}"
+               + (f", {row['role']} of {row['org']}" if row["org"] else "")
+               + (", deployment admin" if row["deployment_admin"] else ""))
+    click.echo(f"secret (shown once; send it as `Authorization: Bearer <secret>`): {row['secret']}")
+
+
+@tokens.command("list")
+@json_option("One JSON object per line.")
+@pass_ctx
+def tokens_list(c: Ctx, as_json: bool) -> None:
+    """Every token issued (revoked ones too), never a secret."""
+    from commands.tokens import list_tokens
+
+    print_rows(list_tokens(c.app), as_json, TOKEN_COLUMNS)
+
+
+@tokens.command("revoke")
+@click.argument("token_id")
+@json_option("Print the token as JSON.")
+@pass_ctx
+def tokens_revoke(c: Ctx, token_id: str, as_json: bool) -> None:
+    """Revoke a token: it authenticates no request from then on (every server within 0.1 s)."""
+    from commands.tokens import revoke_token
+
+    row = revoke_token(c.app, c.stream_id(token_id))
+    if as_json:
+        emit_json(row)
+    else:
+        click.echo(f"token {row['token_id']} revoked at {row['revoked_at']}")
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port to listen on.")
+@click.option("--follow/--no-follow", default=True, show_default=True,
+              help="Keep the views caught up in the background (one follower at a time holds each build).")
+@pass_ctx
+def serve(c: Ctx, host: str, port: int, follow: bool) -> None:
+    """Serve the ledger over HTTP (docs/server.md): commands, views, history, the event log and its live
+    stream, web pages at /ui/. Every request needs an API token (`chat-ledger tokens create`)."""
+    import uvicorn
+
+    from commands.http.app import create_app
+
+    c.app  # noqa: B018 - open (or create) the ledger first: a bad --db fails here, before listening
+    app = create_app(c.url, follow=follow)
+    click.echo(f"chat-ledger serving {c.where} on http://{host}:{port} (docs: /openapi.json)", err=True)
+    # open event streams never end by themselves: a stop closes them after 2 s
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on",
+                timeout_graceful_shutdown=2)

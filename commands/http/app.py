@@ -1,0 +1,156 @@
+"""The ASGI application: ``create_app(url)`` (``chat-ledger serve`` runs it under uvicorn).
+
+Routes: the JSON API (``routes``), the event log and its stream (``stream``), and
+``/openapi.json``, ``/healthz``, ``/readyz``, ``/metrics`` (no token needed for these four). Every error is
+``{"error": {"code", "message"}}`` with the status of its code (``service.status_of``).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Union
+
+import msgspec
+from litestar import Litestar, Request, Response, get
+from litestar.datastructures import State
+from litestar.exceptions import HTTPException, ValidationException
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.spec import Components, SecurityScheme
+
+from commands.http import routes, stream
+from commands.http.service import Service, as_error, error_body, status_of
+from commands.metrics import COUNTERS
+from commands.metrics import render as render_metrics
+from ledger.errors import LedgerError
+
+log = logging.getLogger(__name__)
+
+PUBLIC = ("/healthz", "/readyz", "/metrics", "/openapi.json")
+
+
+class Health(msgspec.Struct):
+    status: str
+
+
+class Ready(msgspec.Struct):
+    """``ok`` when the database answers; each projection's position and lag."""
+
+    status: str
+    head: int
+    projections: list[dict[str, Any]]
+
+
+@get("/healthz", include_in_schema=True, summary="The process is up (no database access)")
+async def healthz() -> Health:
+    return Health("ok")
+
+
+def _projection_status(svc: Service) -> list[dict[str, Any]]:
+    from commands.views import all_projections
+    from projections import status
+
+    return [{"projection": s.projection, "position": s.position or 0, "lag": s.lag, "state": s.state}
+            for s in status(svc.app, all_projections(svc.app), svc.ledger.backend)]
+
+
+@get("/readyz", sync_to_thread=True, summary="The database is reachable; the views' positions and lag",
+     responses=routes.ERRORS)
+def readyz(state: State) -> Ready:
+    svc = routes.service(state)
+    return Ready("ok", svc.app.head(), _projection_status(svc))
+
+
+@get("/metrics", sync_to_thread=True, media_type="text/plain; version=0.0.4",
+     summary="Prometheus metrics of this process")
+def metrics(state: State) -> str:
+    svc = routes.service(state)
+    gauges: list[tuple[str, dict[str, Any], float]] = []
+    try:
+        gauges.append(("chat_ledger_log_head", {}, svc.app.head()))
+        for s in _projection_status(svc):
+            gauges.append(("chat_ledger_projection_position", {"projection": s["projection"]}, s["position"]))
+            gauges.append(("chat_ledger_projection_lag", {"projection": s["projection"]}, s["lag"]))
+    except Exception as e:  # the counters still answer when the database does not
+        log.warning("metrics: %s", e)
+    return render_metrics(gauges)
+
+
+@get("/openapi.json", include_in_schema=False)
+async def openapi_json(request: Request[Any, Any, Any]) -> Response[Any]:
+    return Response(openapi_document(request.app), media_type="application/json")
+
+
+def openapi_document(app: Litestar) -> dict[str, Any]:
+    """Litestar's document, with the command union (msgspec's JSON Schema of every command Struct) as the
+    body of ``POST /v1/commands``."""
+    cached = app.state.get("openapi_document")
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    from commands.base import HANDLERS
+
+    doc = app.openapi_schema.to_schema()
+    union = tuple(sorted(HANDLERS, key=lambda c: c.__name__))
+    (schema,), components = msgspec.json.schema_components([Union[union]],  # noqa: UP007 - a runtime union
+                                                             ref_template="#/components/schemas/{name}")
+    doc.setdefault("components", {}).setdefault("schemas", {}).update(components)
+    op = doc["paths"]["/v1/commands"]["post"]
+    op["requestBody"] = {"required": True, "content": {
+        "application/json": {"schema": schema},
+        routes.JSONL: {"schema": {"type": "string", "description": "one JSON command per line"}}}}
+    for p in doc["paths"].values():
+        for o in p.values():
+            if isinstance(o, dict) and o.get("operationId"):
+                o.setdefault("security", [{"bearer": []}])
+    for public in PUBLIC:
+        for o in doc["paths"].get(public, {}).values():
+            o["security"] = []
+    app.state.openapi_document = doc
+    return doc
+
+
+def _ledger_error(request: Request[Any, Any, Any], e: LedgerError) -> Response[Any]:
+    COUNTERS.add("chat_ledger_refusals_total", code=e.code)
+    return Response(error_body(e), status_code=status_of(e.code))
+
+
+def _http_error(request: Request[Any, Any, Any], e: HTTPException) -> Response[Any]:
+    if isinstance(e, ValidationException):
+        detail = "; ".join(f"{x.get('key', '')}: {x.get('message', '')}" for x in (e.extra or [])
+                           if isinstance(x, dict)) or e.detail
+        return _ledger_error(request, LedgerError("invalid_request", str(detail)))
+    code = {404: "route_not_found", 405: "method_not_allowed"}.get(e.status_code, f"http_{e.status_code}")
+    COUNTERS.add("chat_ledger_refusals_total", code=code)
+    return Response(error_body(LedgerError(code, str(e.detail))), status_code=e.status_code)
+
+
+def _other_error(request: Request[Any, Any, Any], e: Exception) -> Response[Any]:
+    error = as_error(e, routes.service(request.app.state).ledger.url)
+    log.error("%s %s: %s: %s", request.method, request.url.path, error.code, error.message)
+    return Response(error_body(error), status_code=status_of(error.code))
+
+
+def create_app(url: str, *, follow: bool = True, poll_interval: float | None = None) -> Litestar:
+    """The service for the ledger at ``url`` (opened, and created if missing, when the app starts)."""
+    svc_box: dict[str, Service] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        svc = Service(url, follow=follow, poll_interval=poll_interval)
+        app.state.service = svc_box["svc"] = svc
+        svc.start()
+        try:
+            yield
+        finally:
+            svc.close()
+
+    return Litestar(
+        route_handlers=[*routes.ROUTES, *stream.ROUTES, healthz, readyz, metrics, openapi_json],
+        lifespan=[lifespan],
+        exception_handlers={LedgerError: _ledger_error, HTTPException: _http_error, Exception: _other_error},
+        openapi_config=OpenAPIConfig(
+            title="chat-ledger", version="1", description="The ledger service (docs/server.md).",
+            components=Components(security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")}),
+            path="/schema"),
+        debug=False,
+    )

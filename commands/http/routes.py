@@ -1,0 +1,218 @@
+"""The JSON API: commands, views, history (docs/server.md). Each handler asks the principal's permission
+(``commands.access``), calls the service layer — the same functions the CLI calls — and returns what they
+return; nothing here decides anything about a chat."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import msgspec
+from litestar import Request, Response, get, post
+from litestar.datastructures import State
+from litestar.di import Provide
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import Parameter
+
+from commands import access, views
+from commands.access import Principal, Resource, check
+from commands.handler import apply_lines
+from commands.http.service import ErrorBody, Service, status_of
+from commands.metrics import COUNTERS
+from ledger.errors import LedgerError
+
+#: documented error responses of every authenticated route
+ERRORS = {status: ResponseSpec(ErrorBody, description=text, generate_examples=False) for status, text in (
+    (400, "invalid request (invalid_command, invalid_request)"),
+    (401, "missing_token, invalid_token, token_revoked"),
+    (403, "refused by the authorization rules (not_in_organization, not_chat_owner, admin_required, "
+          "read_only_role, deployment_admin_required, actor_mismatch)"),
+    (404, "chat_not_found, stream_not_found, version_not_found, ..."),
+    (409, "refused by the ledger's rules (the codes `apply` gives)"),
+    (503, "projection_busy, database_unavailable, outcome_unknown"),
+)}
+
+JSONL = "application/x-ndjson"
+STATUSES = "^(waiting|running|interrupting|requires_action|error|paused)$"
+MAX_PAGE = 500
+
+
+def service(state: State) -> Service:
+    return state.service  # type: ignore[no-any-return]
+
+
+def _principal(request: Request[Any, Any, Any]) -> Principal:
+    return service(request.app.state).principal(request.headers.get("authorization"))
+
+
+principal_dependency = {"principal": Provide(_principal, sync_to_thread=True)}
+
+
+def bad_request(message: str) -> LedgerError:
+    return LedgerError("invalid_request", message)
+
+
+# -- commands --------------------------------------------------------------------------------------------------
+
+class CommandLine(msgspec.Struct, omit_defaults=True):
+    """One command's answer, as ``chat-ledger apply`` prints it: ``result`` when ok, else ``error``."""
+
+    line: int
+    ok: bool
+    type: str | None
+    result: dict[str, Any] | None = None
+    error: dict[str, str] | None = None
+
+
+def run_commands(svc: Service, p: Principal, lines: list[bytes]) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+
+    def out(row: dict[str, Any]) -> None:
+        outcome = "ok" if row["ok"] else "refused"
+        COUNTERS.add("chat_ledger_commands_total", type=row["type"] or "unknown", outcome=outcome)
+        if not row["ok"]:
+            COUNTERS.add("chat_ledger_refusals_total", code=row["error"]["code"])
+        results.append(row)
+
+    try:
+        apply_lines(svc.app, lines, out=out, prepare=lambda cmd: access.authorize(p, svc.scopes, cmd))
+    finally:
+        svc.watcher.poke()
+    return results
+
+
+@post("/v1/commands", sync_to_thread=True, dependencies=principal_dependency, responses=ERRORS,
+      summary="Run one command (application/json) or many (application/x-ndjson: one per line)",
+      description="The same results and codes as `chat-ledger apply`. One command: its line object, with the "
+                  "HTTP status of its error code when refused. JSON Lines: one line object per command, in order "
+                  "(status 200). The token's user is each command's actor.")
+def post_commands(request: Request[Any, Any, Any], body: bytes, principal: Principal, state: State) -> Response[Any]:
+    svc = service(state)
+    media = (request.headers.get("content-type") or "application/json").split(";")[0].strip().lower()
+    if media in (JSONL, "application/jsonl", "application/json-lines", "text/plain"):
+        results = run_commands(svc, principal, body.split(b"\n"))
+        payload = b"".join(msgspec.json.encode(r) + b"\n" for r in results)
+        return Response(payload, media_type=JSONL, status_code=200)
+    if media != "application/json":
+        raise bad_request(f"unsupported content type {media!r}: application/json or {JSONL}")
+    results = run_commands(svc, principal, [body.replace(b"\n", b" ").replace(b"\r", b" ")])
+    if not results:
+        raise LedgerError("invalid_command", "malformed JSON: no command in the body")
+    row = results[0]
+    return Response(row, status_code=200 if row["ok"] else status_of(row["error"]["code"]))
+
+
+# -- views -------------------------------------------------------------------------------------------------------
+
+class ChatPage(msgspec.Struct):
+    """A page of chat_status rows in chat id order; ``next_cursor`` fetches the next page (null: the last)."""
+
+    items: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+def _chat(svc: Service, p: Principal, chat_id: UUID) -> Resource:
+    resource = svc.scopes.chat(chat_id)
+    check(p, "read", resource)
+    return resource
+
+
+@get("/v1/chats", sync_to_thread=True, dependencies=principal_dependency, responses=ERRORS,
+     summary="Chats of the token's organization (a member: their own), filtered, in pages")
+def list_chats(principal: Principal, state: State, org: UUID | None = None,
+               status: str | None = Parameter(default=None, pattern=STATUSES),
+               limit: int = Parameter(default=50, ge=1, le=MAX_PAGE),
+               cursor: UUID | None = Parameter(default=None, description="next_cursor of the previous page"),
+               ) -> ChatPage:
+    svc = service(state)
+    where = access.chats_filter(principal, org)
+    if status:
+        where["status"] = status
+    backend = views.catch_up_views(svc.app, svc.ledger.backend, ("chat_views",))
+    rows = views.query(backend, "chat_views", "chat_status", where, order_by=["chat_id"])
+    if cursor is not None:
+        rows = [r for r in rows if r["chat_id"] > str(cursor)]
+    page = rows[:limit]
+    return ChatPage(page, page[-1]["chat_id"] if len(rows) > limit else None)
+
+
+@get("/v1/chats/{chat_id:uuid}", sync_to_thread=True, dependencies=principal_dependency, responses=ERRORS,
+     summary="One chat's chat_status row")
+def get_chat(chat_id: UUID, principal: Principal, state: State) -> dict[str, Any]:
+    svc = service(state)
+    _chat(svc, principal, chat_id)
+    return views.chat_status(views.catch_up_views(svc.app, svc.ledger.backend, ("chat_views",)), chat_id)[0]
+
+
+@get("/v1/chats/{chat_id:uuid}/unresolved", sync_to_thread=True, dependencies=principal_dependency,
+     responses=ERRORS, summary="Open tool calls of the chat's latest assistant message")
+def get_unresolved(chat_id: UUID, principal: Principal, state: State) -> list[dict[str, Any]]:
+    svc = service(state)
+    _chat(svc, principal, chat_id)
+    return svc.ledger.unresolved(chat_id)
+
+
+@get("/v1/chats/{chat_id:uuid}/queue", sync_to_thread=True, dependencies=principal_dependency, responses=ERRORS,
+     summary="The chat's queued prompts, head first")
+def get_queue(chat_id: UUID, principal: Principal, state: State) -> list[dict[str, Any]]:
+    svc = service(state)
+    _chat(svc, principal, chat_id)
+    return svc.ledger.queue(chat_id)
+
+
+@get("/v1/organizations/{org_id:uuid}/models", sync_to_thread=True, dependencies=principal_dependency,
+     responses=ERRORS, summary="The organization's models (with a user's overrides and effective models)")
+def get_models(org_id: UUID, principal: Principal, state: State, user: UUID | None = None) -> dict[str, Any]:
+    check(principal, "read", Resource("catalog", org_id, user))
+    return service(state).ledger.models(org_id, user)
+
+
+# -- history -------------------------------------------------------------------------------------------------------
+
+def _as_of(at: int | None, as_of: str | None) -> None:
+    if at is not None and as_of is not None:
+        raise bad_request("give at or as_of, not both")
+
+
+AT = Parameter(default=None, ge=1, le=2**62, description="a chat version")
+AS_OF = Parameter(default=None, description="a time (ISO 8601): the chat's last event at or before it")
+
+
+@get("/v1/chats/{chat_id:uuid}/timeline", sync_to_thread=True, dependencies=principal_dependency,
+     responses=ERRORS, summary="The chat's audit timeline: each event, a summary and the state after it")
+def get_timeline(chat_id: UUID, principal: Principal, state: State, at: int | None = AT,
+                 as_of: str | None = AS_OF) -> list[dict[str, Any]]:
+    svc = service(state)
+    _chat(svc, principal, chat_id)
+    _as_of(at, as_of)
+    return svc.ledger.history(chat_id, at, as_of)
+
+
+@get("/v1/chats/{chat_id:uuid}/explain", sync_to_thread=True, dependencies=principal_dependency,
+     responses=ERRORS, summary="Explain a tool call, a queued prompt or a turn from the recorded facts")
+def get_explain(chat_id: UUID, principal: Principal, state: State, tool_call: str | None = None,
+                queued_message: int | None = Parameter(default=None, ge=0, le=2**62), turn: str | None = None,
+                at: int | None = AT, as_of: str | None = AS_OF) -> dict[str, Any]:
+    from commands.explain import explain
+
+    svc = service(state)
+    _chat(svc, principal, chat_id)
+    _as_of(at, as_of)
+    if sum(x is not None for x in (tool_call, queued_message, turn)) != 1:
+        raise bad_request("give exactly one of tool_call, queued_message, turn")
+    return explain(svc.app, chat_id, tool_call=tool_call, queued_message=queued_message, turn=turn,
+                   version=at, as_of=as_of)
+
+
+@get("/v1/chats/{chat_id:uuid}/next-action", sync_to_thread=True, dependencies=principal_dependency,
+     responses=ERRORS, summary="What a worker should do next for the chat (or should have done then), and why")
+def get_next_action(chat_id: UUID, principal: Principal, state: State, at: int | None = AT,
+                    as_of: str | None = AS_OF) -> dict[str, Any]:
+    svc = service(state)
+    _chat(svc, principal, chat_id)
+    _as_of(at, as_of)
+    return svc.ledger.next_action(chat_id, at, as_of)
+
+
+ROUTES = [post_commands, list_chats, get_chat, get_unresolved, get_queue, get_models, get_timeline, get_explain,
+          get_next_action]

@@ -1,0 +1,114 @@
+"""Per-process state of the ledger service, and how a request becomes a principal or an error response.
+
+One ``Service`` per ``serve`` process: the open ledger (``commands.api.Ledger``: the same service layer as
+the CLI), the token index, the streams' scopes, the log watcher that wakes the event streams, and a
+projection follower keeping the views caught up (under the build lease: one follower per build at a time
+across every process, so any number of processes serve one PostgreSQL ledger).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import msgspec
+
+from commands.access import REFUSALS, Principal, Scopes, refusal
+from commands.api import Ledger
+from commands.failures import as_ledger_error
+from commands.http.watch import LogWatcher
+from commands.metrics import COUNTERS
+from commands.tokens import TokenIndex
+from ledger.errors import LedgerError
+
+log = logging.getLogger(__name__)
+
+#: error codes that are not refusals of a command as such: their HTTP status (every other ``_not_found`` is
+#: 404, every other code a refusal of what was asked, 409)
+STATUS = {
+    **{code: status for code, (status, _) in REFUSALS.items()},
+    "invalid_command": 400, "invalid_request": 400, "version_not_found": 404,
+    "projection_busy": 503, "database_unavailable": 503, "outcome_unknown": 503, "database_error": 500,
+    "internal_error": 500, "projection_error": 500, "undecodable_event": 500,
+}
+
+
+def status_of(code: str) -> int:
+    return STATUS.get(code, 404 if code.endswith("_not_found") else 409)
+
+
+class ErrorDetail(msgspec.Struct):
+    code: str
+    message: str
+
+
+class ErrorBody(msgspec.Struct):
+    """Every error response: ``{"error": {"code": ..., "message": ...}}`` (codes in docs/server.md)."""
+
+    error: ErrorDetail
+
+
+def error_body(e: LedgerError) -> ErrorBody:
+    return ErrorBody(ErrorDetail(e.code, e.message))
+
+
+class Service:
+    def __init__(self, url: str, *, follow: bool = True, poll_interval: float | None = None) -> None:
+        self.url = url
+        self.ledger = Ledger.open(url)
+        self.app = self.ledger.app
+        self.tokens = TokenIndex(self.app)
+        self.scopes = Scopes(self.app)
+        self.watcher = LogWatcher(self.app, url, poll_interval)
+        self.follow = follow
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.follower: Any = None
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.watcher.start()
+        if self.follow:
+            from commands.views import all_projections
+            from projections import Follower
+
+            self.follower = Follower(self.app, all_projections(self.app), self.ledger.backend, poll_interval=1.0)
+            t = threading.Thread(target=self._follow, name="views-follower", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _follow(self) -> None:
+        try:
+            self.follower.run(self._stop)
+        except Exception as e:  # every projection failed: reads catch up (and report) on their own
+            log.error("views follower stopped: %s", e)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.watcher.close()
+        for t in self._threads:
+            t.join(timeout=10)
+        self.ledger.close()
+
+    # -- who asks ------------------------------------------------------------------------------------------------
+
+    def principal(self, authorization: str | None) -> Principal:
+        """The principal of an ``Authorization: Bearer <secret>`` header (401 codes otherwise)."""
+        scheme, _, secret = (authorization or "").strip().partition(" ")
+        if scheme.lower() != "bearer" or not secret.strip():
+            raise refusal("missing_token")
+        token = self.tokens.find(secret.strip())
+        if token is None:
+            raise refusal("invalid_token")
+        if token.revoked:
+            raise refusal("token_revoked")
+        return Principal.of(token)
+
+
+def as_error(e: BaseException, where: str = "the database") -> LedgerError:
+    """What any failure of a request says (``commands.failures``), counted by code."""
+    error = as_ledger_error(e, where)
+    COUNTERS.add("chat_ledger_refusals_total", code=error.code)
+    return error

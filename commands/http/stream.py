@@ -1,0 +1,134 @@
+"""The event log over HTTP: ``GET /v1/events`` (pages) and ``GET /v1/events/stream`` (Server-Sent Events).
+
+Both show only the events of streams the token may read (``commands.access.visible``), optionally of one
+organization (``org``) or one chat (``chat``: its own events and its tool calls' executions). In the stream
+each event is one message, ``id:`` its notification id, ``event:`` its type, ``data:`` the event as
+``/v1/events`` gives it. Resume rule: reconnect with ``Last-Event-ID`` (or ``after``) = the last id received;
+the stream goes on with the first visible event after it, in log order, so nothing is lost or repeated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, AsyncIterator
+from uuid import UUID
+
+import msgspec
+from litestar import Request, get
+from litestar.datastructures import State
+from litestar.params import Parameter
+from litestar.response import ServerSentEvent, ServerSentEventMessage
+
+from commands import access
+from commands.access import Principal, Resource, check
+from commands.api import LoggedEvent
+from commands.eventlog import logged_event
+from commands.http.routes import ERRORS, bad_request, principal_dependency, service
+from commands.http.service import Service
+
+#: notifications read per page while looking for visible events
+SCAN_PAGE = 500
+#: notifications one request scans at most (a page of mostly invisible events ends early: ``next_after``)
+SCAN_LIMIT = 10_000
+#: seconds between keep-alive comments on an idle stream
+KEEPALIVE = 15.0
+
+
+class EventPage(msgspec.Struct):
+    """Visible events after ``after``; ``next_after`` is where the next page starts (the last notification
+    looked at, visible or not), ``head`` the last notification id recorded."""
+
+    events: list[LoggedEvent]
+    next_after: int
+    head: int
+
+
+class Filter:
+    def __init__(self, svc: Service, p: Principal, org: UUID | None, chat: UUID | None) -> None:
+        self.svc, self.p, self.org, self.chat = svc, p, org, chat
+        self._chats: dict[UUID, Any] = {}
+        if org is not None:
+            check(p, "read", Resource("catalog", org))
+        if chat is not None:
+            check(p, "read", svc.scopes.chat(chat))
+
+    def keeps(self, n: Any) -> bool:
+        sid = n.originator_id if isinstance(n.originator_id, UUID) else UUID(str(n.originator_id))
+        resource = self.svc.scopes.of(sid)
+        if resource is None or access.may(self.p, "read", resource) is not None:
+            return False
+        if self.org is not None and resource.org != self.org:
+            return False
+        if self.chat is not None and sid != self.chat:
+            return resource.kind == "chat" and self._chat_of(sid) == self.chat
+        return True
+
+    def _chat_of(self, sid: UUID) -> Any:
+        """The chat a tool-call execution stream belongs to (None for a chat's own stream)."""
+        if sid not in self._chats:
+            first = self.svc.app.stream(sid, lte=1)
+            self._chats[sid] = getattr(first[0], "chat_id", None) if first else None
+        return self._chats[sid]
+
+    def page(self, after: int, limit: int) -> EventPage:
+        app = self.svc.app
+        head = app.head()
+        found: list[LoggedEvent] = []
+        position, scanned = after, 0
+        while len(found) < limit and scanned < SCAN_LIMIT:
+            notes = app.notifications(position, SCAN_PAGE)
+            if not notes:
+                break
+            for n in notes:
+                position = n.id
+                if self.keeps(n):
+                    found.append(LoggedEvent(**logged_event(app, n)))
+                    if len(found) == limit:
+                        break
+            scanned += len(notes)
+        return EventPage(found, position, max(head, position))
+
+
+@get("/v1/events", sync_to_thread=True, dependencies=principal_dependency, responses=ERRORS,
+     summary="Recorded events after a notification id, in log order (only those the token may read)")
+def get_events(principal: Principal, state: State, after: int = Parameter(default=0, ge=0, le=2**62),
+               limit: int = Parameter(default=100, ge=1, le=1000), org: UUID | None = None,
+               chat: UUID | None = None) -> EventPage:
+    return Filter(service(state), principal, org, chat).page(after, limit)
+
+
+def _resume_point(request: Request[Any, Any, Any], after: int | None) -> int:
+    last = request.headers.get("last-event-id")
+    if last is not None and last.strip():
+        if not last.strip().isdigit():
+            raise bad_request(f"Last-Event-ID must be a notification id, not {last!r}")
+        return int(last)
+    return after or 0
+
+
+@get("/v1/events/stream", sync_to_thread=True, dependencies=principal_dependency, responses=ERRORS,
+     summary="The event log live (Server-Sent Events; resume with Last-Event-ID)")
+def get_stream(request: Request[Any, Any, Any], principal: Principal, state: State,
+               after: int | None = Parameter(default=None, ge=0, le=2**62), org: UUID | None = None,
+               chat: UUID | None = None) -> ServerSentEvent:
+    svc = service(state)
+    selection = Filter(svc, principal, org, chat)
+    start = _resume_point(request, after)
+    return ServerSentEvent(_events(svc, selection, start), headers={"Cache-Control": "no-store",
+                                                                    "X-Accel-Buffering": "no"})
+
+
+async def _events(svc: Service, selection: Filter, position: int) -> AsyncIterator[ServerSentEventMessage]:
+    encode = msgspec.json.encode
+    while True:
+        page = await asyncio.to_thread(selection.page, position, SCAN_PAGE)
+        for event in page.events:
+            yield ServerSentEventMessage(data=encode(event).decode(), id=event.notification_id, event=event.type)
+        position = page.next_after
+        if page.events or position < svc.watcher.head:
+            continue
+        if not await svc.watcher.wait_beyond(position, KEEPALIVE):
+            yield ServerSentEventMessage(comment="keep-alive", data=None)
+
+
+ROUTES = [get_events, get_stream]

@@ -1,0 +1,45 @@
+"""Deciding on a token: issue it, revoke it (pure: the caller gives the clock, the id and the hash)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from ledger.access import events as ev
+from ledger.access.state import TokenState
+from ledger.base import Emitter
+from ledger.errors import LedgerError
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def issue(state: TokenState | None, em: Emitter, *, hash: str, user: UUID, org: UUID | None, role: str | None,
+          deployment_admin: bool, issued_by: UUID | None, at: datetime) -> list[Any]:
+    """A new token. An organization needs a role and a role an organization; a token grants something (an
+    organization role or deployment administration); the hash is a SHA-256 hex digest."""
+    if state is not None:
+        raise LedgerError("token_exists", f"token {state.token_id} already exists")
+    if (org is None) != (role is None):
+        raise LedgerError("invalid_command", "give --org and --role together")
+    if role is not None and role not in ev.ROLES:
+        raise LedgerError("invalid_command", f"role must be one of {', '.join(ev.ROLES)}, not {role!r}")
+    if org is None and not deployment_admin:
+        raise LedgerError("invalid_command", "a token grants an organization role (--org, --role) "
+                                             "or deployment administration (--deployment-admin)")
+    if not _SHA256.fullmatch(hash):
+        raise LedgerError("invalid_command", "a token hash is a lowercase SHA-256 hex digest")
+    em.emit(ev.TokenIssued, originator_topic=ev.TOKEN_TOPIC, token_id=em.originator_id, hash=hash, user=user,
+            org=org, role=role, deployment_admin=deployment_admin, issued_by=issued_by, at=at)
+    return em.events
+
+
+def revoke(state: TokenState | None, em: Emitter, *, revoked_by: UUID | None, at: datetime) -> list[Any]:
+    """Revoke the token; revoking a revoked token records nothing (the first revocation stands)."""
+    if state is None:
+        raise LedgerError("token_not_found", "token not found")
+    if state.revoked:
+        return []
+    em.emit(ev.TokenRevoked, token_id=state.token_id, revoked_by=revoked_by, at=at)
+    return em.events

@@ -1,0 +1,40 @@
+"""Events of an API token's stream (id = the token id). Only the SHA-256 of the secret is recorded: the
+secret itself is shown once, to whoever issued it, and is never stored."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+from uuid import UUID
+
+from ledger.base import LedgerCreated, LedgerEvent
+
+TOKEN_TOPIC = "chat-ledger:access.ApiToken"
+
+Role = Literal["member", "admin", "auditor"]
+ROLES: tuple[str, ...] = ("member", "admin", "auditor")
+
+
+class TokenIssued(LedgerCreated):
+    """A token was issued for ``user``: in organization ``org`` with ``role`` (both or neither), and/or as a
+    deployment administrator. ``issued_by`` is the token user who issued it, None for the local
+    administrator (the CLI, whoever holds the database)."""
+
+    TOPIC = "chat-ledger:access.TokenIssued"
+    token_id: UUID
+    hash: str
+    user: UUID
+    org: UUID | None
+    role: Role | None
+    deployment_admin: bool
+    issued_by: UUID | None
+    at: datetime
+
+
+class TokenRevoked(LedgerEvent):
+    """The token no longer authenticates anyone (for good)."""
+
+    TOPIC = "chat-ledger:access.TokenRevoked"
+    token_id: UUID
+    revoked_by: UUID | None
+    at: datetime

@@ -1,0 +1,111 @@
+"""The authorization rules (``commands.access.may``, pure) and the token decider, as properties."""
+
+from __future__ import annotations
+
+from uuid import UUID, uuid4
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from commands.access import REFUSALS, Principal, Resource, as_caller, may
+from commands.chat import CreateChat, SendMessage
+from commands.uow import utcnow
+from ledger.access import decide
+from ledger.access.state import evolve
+from ledger.base import Emitter
+from ledger.errors import LedgerError
+
+ORGS = [UUID(int=1), UUID(int=2)]
+USERS = [UUID(int=10), UUID(int=11)]
+
+principals = st.builds(Principal, user=st.sampled_from(USERS), org=st.sampled_from([None, *ORGS]),
+                       role=st.sampled_from(["member", "admin", "auditor"]), deployment_admin=st.booleans())
+resources = st.one_of(
+    st.builds(Resource, kind=st.just("chat"), org=st.sampled_from(ORGS), owner=st.sampled_from(USERS)),
+    st.builds(Resource, kind=st.just("catalog"), org=st.sampled_from(ORGS), owner=st.sampled_from([None, *USERS])),
+    st.just(Resource("deployment")),
+)
+actions = st.sampled_from(["read", "write"])
+
+
+@given(principals, actions, resources)
+def test_every_refusal_has_a_documented_403_code(p, action, r):
+    code = may(p, action, r)
+    assert code is None or REFUSALS[code][0] == 403
+
+
+@given(principals, actions, resources)
+def test_nothing_of_another_organization(p, action, r):
+    if r.kind != "deployment" and r.org != p.org:
+        assert may(p, action, r) == "not_in_organization"
+
+
+@given(principals, resources)
+def test_an_auditor_writes_nothing_and_reads_the_whole_organization(p, r):
+    p = Principal(p.user, p.org, "auditor", False)
+    assert may(p, "write", r) is not None
+    if r.kind != "deployment" and r.org == p.org:
+        assert may(p, "read", r) is None
+
+
+@given(principals, actions, resources)
+def test_a_member_only_touches_own_chats_and_reads_the_catalog(p, action, r):
+    p = Principal(p.user, p.org, "member", p.deployment_admin)
+    allowed = may(p, action, r) is None
+    if r.kind == "chat" and r.org == p.org:
+        assert allowed == (r.owner == p.user)
+    if r.kind == "catalog" and r.org == p.org:
+        assert allowed == (r.owner == p.user or (r.owner is None and action == "read"))
+
+
+@given(principals, actions, resources)
+def test_an_admin_may_do_everything_of_its_organization_only(p, action, r):
+    p = Principal(p.user, p.org, "admin", p.deployment_admin)
+    if r.kind != "deployment":
+        assert (may(p, action, r) is None) == (r.org == p.org)
+
+
+@given(principals, actions)
+def test_the_deployment_needs_a_deployment_admin(p, action):
+    assert (may(p, action, Resource("deployment")) is None) == p.deployment_admin
+
+
+@given(st.sampled_from(USERS), st.sampled_from([None, *USERS]), st.sampled_from([None, *USERS]))
+def test_the_caller_is_the_actor_and_the_creator(user, actor, created_by):
+    p = Principal(user, ORGS[0], "member")
+    cmd = SendMessage(chat_id=uuid4(), text="hi", actor=actor, created_by=created_by)
+    if actor not in (None, user) or created_by not in (None, user):
+        with pytest.raises(LedgerError) as e:
+            as_caller(p, cmd)
+        assert e.value.code == "actor_mismatch"
+    else:
+        run = as_caller(p, cmd)
+        assert run.actor == user and run.created_by == user
+
+
+def test_a_chat_owned_by_someone_else_is_refused():
+    p = Principal(USERS[0], ORGS[0], "admin")
+    with pytest.raises(LedgerError) as e:
+        as_caller(p, CreateChat(organization_id=ORGS[0], owner_id=USERS[1], text="hi"))
+    assert e.value.code == "actor_mismatch"
+
+
+@given(st.sampled_from([None, *ORGS]), st.sampled_from([None, "member", "admin", "auditor", "owner"]),
+       st.booleans())
+def test_a_token_grants_a_role_in_an_organization_or_the_deployment(org, role, deployment_admin):
+    now = utcnow()
+    em = Emitter(uuid4(), 0, now)
+    ok = (org is None) == (role is None) and role != "owner" and (org is not None or deployment_admin)
+    try:
+        events = decide.issue(None, em, hash="0" * 64, user=USERS[0], org=org, role=role,
+                              deployment_admin=deployment_admin, issued_by=None, at=now)
+    except LedgerError as e:
+        assert not ok and e.code == "invalid_command"
+        return
+    assert ok
+    state = evolve(None, events[0])
+    assert (state.org, state.role, state.deployment_admin, state.revoked) == (org, role, deployment_admin, False)
+    revoked = decide.revoke(state, Emitter(state.token_id, 1, now), revoked_by=None, at=now)
+    state = evolve(state, revoked[0])
+    assert state.revoked and decide.revoke(state, Emitter(state.token_id, 2, now), revoked_by=None, at=now) == []
