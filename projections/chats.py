@@ -32,6 +32,7 @@ STATUS, UNRESOLVED, QUEUE = "chat_status", "unresolved_tool_calls", "chat_queue"
 
 class ChatViews(Projection):
     name = "chat_views"
+    streamwise = True  # a chat's rows are its own state's (tests/projections/test_streamwise.py)
     version = 2  # v2: queue rows editing_since, reasoning_effort; status editing_queued_message_id
     topics = CHAT_TOPICS
     tables = [

@@ -25,6 +25,7 @@ CONVERSATION_TOPICS = tuple(sorted(
 
 class ConversationsView(Projection):
     name = "conversations"
+    streamwise = True  # a conversation's row is its own state's (tests/projections/test_streamwise.py)
     version = 2
     topics = CONVERSATION_TOPICS
     tables = [Table("conversations", [
