@@ -100,6 +100,10 @@ class ChatViews(Projection):
     def begin_batch(self) -> None:
         self._touched.clear()
 
+    def stream_done(self, stream_id: Any) -> None:
+        self.fold.forget(stream_id.int)
+        self._signatures.pop(stream_id.int, None)
+
     def end_batch(self, rows: Rows) -> Iterable[RowOp]:
         """For each chat the batch touched: its status row (every event changes it — at least its
         version), and the unresolved-call and queue rows that differ from those before the batch."""

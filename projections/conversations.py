@@ -42,6 +42,9 @@ class ConversationsView(Projection):
     def prepare(self, events: Any) -> None:
         self.fold.prefetch(events)
 
+    def stream_done(self, stream_id: Any) -> None:
+        self.fold.forget(stream_id.int)
+
     def apply(self, event: Any, rows: Rows) -> Iterable[RowOp]:
         state = self.fold.after(event, self.fold.before(event))
         row = {"conversation_id": str(event.originator_id), **conversation_view_row(state),

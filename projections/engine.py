@@ -440,6 +440,10 @@ class Projection:
     def apply(self, event: Any, rows: Rows) -> Iterable[RowOp]:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def stream_done(self, stream_id: Any) -> None:
+        """A stream-wise build has taken this stream's rows: drop what is kept in memory for it (so the
+        build's memory stays flat)."""
+
     # -- helpers used by the backends ----------------------------------------------------------
     @classmethod
     def table_map(cls) -> dict[str, Table]:

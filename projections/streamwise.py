@@ -111,8 +111,7 @@ def read_log(app: Any, head: int, topics: Sequence[str] | None, lo: UUID | None 
               conn.cursor(name="chat_ledger_streamwise", row_factory=tuple_row) as cur):
             cur.itersize = page
             cur.execute(select + order, params)
-            for n, oid, version, topic, state in cur:
-                yield n, _Stored(oid, version, topic, state)
+            yield from _stored(cur, lambda oid: oid)
         return
     last: tuple[str, int] | None = None
     while True:
@@ -125,9 +124,50 @@ def read_log(app: Any, head: int, topics: Sequence[str] | None, lo: UUID | None 
             rows = cur.fetchall()
         if not rows:
             return
-        for n, oid, version, topic, state in rows:
-            yield n, _Stored(UUID(oid), version, topic, state)
+        yield from _stored(rows, UUID)
         last = (rows[-1][1], rows[-1][2])
+
+
+def read_streams(app: Any, upto: dict[UUID, int], chunk: int = 500) -> Iterator[tuple[int, _Stored]]:
+    """The stored events of the streams in ``upto`` up to each one's version (stream -> last version), in
+    (stream, version) order: many streams in one query each ``chunk`` streams."""
+    from eventsourcing.sqlite import SQLiteDatastore
+
+    recorder = app.recorder
+    datastore = recorder.datastore
+    sqlite = isinstance(datastore, SQLiteDatastore)
+    items = sorted(upto.items())
+    for i in range(0, len(items), chunk):
+        part = items[i:i + chunk]
+        if sqlite:
+            sql = (f"WITH k(id, v) AS (VALUES {', '.join(['(?, ?)'] * len(part))}) SELECT e.rowid, e.originator_id, "
+                   f"e.originator_version, e.topic, e.state FROM {recorder.events_table_name} e JOIN k "
+                   "ON e.originator_id = k.id AND e.originator_version <= k.v ORDER BY e.originator_id, "
+                   "e.originator_version")
+            params: Any = [x for sid, v in part for x in (sid.hex, v)]
+        else:
+            sql = (f"SELECT e.notification_id, e.originator_id, e.originator_version, e.topic, e.state "
+                   f'FROM "{datastore.schema}"."{recorder.events_table_name}" e '
+                   f"JOIN unnest(%s::{datastore.originator_id_type}[], %s::bigint[]) AS k(id, v) "
+                   "ON e.originator_id = k.id AND e.originator_version <= k.v "
+                   "ORDER BY e.originator_id, e.originator_version")
+            params = ([sid if datastore.originator_id_type == "uuid" else str(sid) for sid, _ in part],
+                      [v for _, v in part])
+        with datastore.transaction(commit=False) as cur:
+            cur.execute(sql, params)
+            rows = cur.fetchall()
+        yield from _stored((tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows),
+                           UUID if sqlite else (lambda oid: oid))
+
+
+def _stored(rows: Any, to_uuid: Callable[[Any], UUID]) -> Iterator[tuple[int, _Stored]]:
+    """Rows (id, originator id, version, topic, state) as stored events, with one UUID object per stream."""
+    raw: Any = None
+    uid: Any = None
+    for n, oid, version, topic, state in rows:
+        if oid != raw:
+            raw, uid = oid, to_uuid(oid)
+        yield n, _Stored(uid, version, topic, state)
 
 
 def stream_rows(projection: Projection, events: list[Any]) -> dict[str, list[dict[str, Any]]]:
@@ -136,6 +176,7 @@ def stream_rows(projection: Projection, events: list[Any]) -> dict[str, list[dic
     store = MemoryStore(projection.tables)
     projection.prepare(events)
     store.apply(projection, events)
+    projection.stream_done(events[-1].originator_id)
     return {name: list(rows.values()) for name, rows in store.data.items() if rows}
 
 
@@ -163,11 +204,12 @@ def fold_range(app: Any, projection: Projection, head: int, lo: UUID | None, hi:
         _after_stream(done)
 
     for _, stored in read_log(app, head, topics, lo, hi):
-        if stored.originator_id != current:
+        oid = stored.originator_id
+        if oid is not current and oid != current:  # the same object for a stream's events within a page
             if events:
                 fold()
                 events = []
-            current = stored.originator_id
+            current = oid
         try:
             events.append(to_event(stored))
         except Exception as e:
