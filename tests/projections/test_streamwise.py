@@ -174,3 +174,17 @@ def test_a_killed_worker_fails_the_rebuild_and_leaves_the_live_version(app: Any,
     result = rebuild(app, p, backend, workers=2)
     assert result.switched and backend.live_version(p.name) == result.to_version != live
     assert read_build(backend, p) == before
+
+
+@PROPERTY
+@given(steps=st.lists(st.tuples(st.integers(0, 5), ACTIONS), min_size=6, max_size=30),
+       batch=st.integers(1, 8))
+def test_log_order_catch_up_past_the_state_cache(app: Any, backend: Any, steps: list[Any], batch: int) -> None:
+    """More chats active at once than the fold's memory holds: the states it lacks are read back together
+    (many streams in one query) at the batch's versions, and the views equal the replayed states."""
+    record(app, 6, steps)
+    p = renamed(ChatViews, app, uuid.uuid4().hex[:6])
+    p.fold.max_streams = 2
+    catch_up(app, p, backend, batch_size=batch)
+    assert p.fold.loads > 0  # the fallback ran
+    assert read_build(backend, p) == replayed_rows(app)["chat_views"]
