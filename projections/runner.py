@@ -317,7 +317,7 @@ class _Fill:
             try:
                 built = streamwise.build(app, p, backend, target, head, self.workers, self.progress)
             except streamwise.StreamFailed as e:
-                log.warning("%s; building %s v%s in log order instead", e, p.name, target)
+                log.info("%s; building %s v%s in log order instead", e, p.name, target)  # the log-order build reports it
                 backend.create_build(p, target, replace=True)
             except BaseException:
                 try:  # a failed or killed worker: the build is never switched in; drop what it holds
