@@ -339,6 +339,7 @@ class ChatLedgerApp(Application[UUID]):
         if payload_format not in FORMATS:
             raise LedgerError("invalid_setting", f"unknown payload format {payload_format!r}")
         self.payload_format = payload_format
+        self.given_env = dict(env or {})
         super().__init__(env)
         self.cached_repository = self.construct_cached_repository()
         # SQLite: threads sharing this application queue for its one writer connection. The library
@@ -349,6 +350,11 @@ class ChatLedgerApp(Application[UUID]):
         lock_timeout = self.env.get("SQLITE_LOCK_TIMEOUT")
         if pool is not None and lock_timeout and hasattr(pool, "pool_timeout"):
             pool.pool_timeout = max(float(pool.pool_timeout), float(lock_timeout))
+
+    def reopen(self) -> ChatLedgerApp:
+        """A new application object on the same database, with connections of its own, creating nothing
+        (what a forked worker process uses: its parent's connections are not its to use)."""
+        return type(self)(env={**self.given_env, "CREATE_TABLE": "no"}, payload_format=self.payload_format)
 
     def construct_env(self, name: str, env: Any = None) -> Any:
         """The library's environment, with this project's recorder for the persistence module unless one is

@@ -42,6 +42,9 @@ from projections.engine import (
 )
 from projections.leases import LeaseHolder
 
+#: ``_batch_writes``' "most rows" for stream-wise inserts: always the bulk path (PostgreSQL: COPY).
+COPY_ROWS = 1_000_000
+
 #: How many diff entries a ``Diff`` keeps for display (the digest and counts cover all of them).
 DIFF_SAMPLES = 20
 
@@ -572,6 +575,56 @@ class SqlBackend:
         writer.position = new_position
         writer.cache.trim()
         return new_position
+
+    # -- stream-wise builds (``projections.streamwise``) -------------------------------------------
+    def insert_rows(self, projection: Projection, version: int, rows: Mapping[str, Sequence[dict[str, Any]]],
+                    position: int | None = None, delegate: str | None = None) -> None:
+        """Insert normalized rows into build ``version`` while it is built stream-wise (none of their keys is
+        in it yet: a duplicate key is an error), in one transaction; with ``position``, the build's position
+        moves there from 0 in the same transaction (the last one of the build). Checks the build's lease:
+        held by the calling thread, or, with ``delegate`` (the holder's lease token), by the rebuilding process
+        this worker writes for. The build's row cache is dropped (rows were written around it)."""
+        name = projection.name
+        with self._write_tx() as cur:
+            if delegate is None:
+                self._check_lease(cur, name, version)
+            else:
+                self._check_delegate(cur, name, version, delegate)
+            most = max(map(len, rows.values()), default=0)
+            with self._batch_writes(cur, max(most, COPY_ROWS)):
+                for table in projection.tables:
+                    some = rows.get(table.name)
+                    if some:
+                        self._insert_rows(cur, table, physical_name(name, version, table.name), some)
+                if position is not None:
+                    cur.execute(self._sql(
+                        f"UPDATE {self._qualify('projection_tracking')} SET position = %s, writer = NULL, "
+                        "updated_at = %s WHERE projection = %s AND version = %s AND position = 0"),
+                        (position, self._encode_ts(_now()), name, version))
+                    if cur.rowcount != 1:
+                        raise PositionConflict(f"projection {name} v{version} is no longer an empty build at 0")
+        self._forget(name, version)
+
+    def _insert_rows(self, cur: Any, table: Table, name: str, rows: Sequence[dict[str, Any]]) -> None:
+        cols = table.column_names
+        cur.executemany(f"INSERT INTO {self._qualify(name)} ({', '.join(map(_q, cols))}) "
+                        f"VALUES ({', '.join([self.PARAM] * len(cols))})", list(map(self._row_encoder(table), rows)))
+
+    def _check_delegate(self, cur: Any, name: str, build: int, token: str) -> None:  # pragma: no cover - dialect
+        """Inside a worker's write transaction: refuse (``BuildBusy``) unless lease ``token`` of the build is
+        still held, by a live holder."""
+        raise NotImplementedError
+
+    def lease_token(self, name: str, build: int) -> str:
+        """The token of the lease of ``build`` the calling thread holds (what its workers write under)."""
+        try:
+            return self._held()[(name, build)]
+        except KeyError:
+            raise ProjectionError(f"projection {name} v{build}: this thread does not hold its lease") from None
+
+    def reopen(self) -> SqlBackend:  # pragma: no cover - dialect
+        """A new backend on the same database, with connections of its own (for a worker process)."""
+        raise NotImplementedError
 
     # -- failures ------------------------------------------------------------------------------
     _FAILURES = ("SELECT projection, version, notification_id, stream_id, stream_version, topic, reason, failed_at "

@@ -32,6 +32,7 @@ STATUS, UNRESOLVED, QUEUE = "chat_status", "unresolved_tool_calls", "chat_queue"
 
 class ChatViews(Projection):
     name = "chat_views"
+    streamwise = True  # a chat's rows are its own state's (tests/projections/test_streamwise.py)
     version = 3  # v2: queue rows editing_since, reasoning_effort; status editing_queued_message_id;
     # v3: unresolved rows call_index (their order in the assistant message)
     topics = CHAT_TOPICS
@@ -99,6 +100,10 @@ class ChatViews(Projection):
 
     def begin_batch(self) -> None:
         self._touched.clear()
+
+    def stream_done(self, stream_id: Any) -> None:
+        self.fold.forget(stream_id.int)
+        self._signatures.pop(stream_id.int, None)
 
     def end_batch(self, rows: Rows) -> Iterable[RowOp]:
         """For each chat the batch touched: its status row (every event changes it — at least its

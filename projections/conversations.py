@@ -25,6 +25,7 @@ CONVERSATION_TOPICS = tuple(sorted(
 
 class ConversationsView(Projection):
     name = "conversations"
+    streamwise = True  # a conversation's row is its own state's (tests/projections/test_streamwise.py)
     version = 2
     topics = CONVERSATION_TOPICS
     tables = [Table("conversations", [
@@ -40,6 +41,9 @@ class ConversationsView(Projection):
 
     def prepare(self, events: Any) -> None:
         self.fold.prefetch(events)
+
+    def stream_done(self, stream_id: Any) -> None:
+        self.fold.forget(stream_id.int)
 
     def apply(self, event: Any, rows: Rows) -> Iterable[RowOp]:
         state = self.fold.after(event, self.fold.before(event))

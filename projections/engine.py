@@ -411,12 +411,18 @@ class Projection:
       built beside the live one by a blue/green rebuild (or in place) before it serves readers.
     * ``topics``: the event TOPICs ``apply`` handles, or None for every event. Filtering happens in
       SQL when reading the notification log, and unhandled events are never decoded.
+    * ``streamwise``: the rows depend on one stream at a time (see the attribute); rebuilds then read
+      the log stream by stream.
     """
 
     name: ClassVar[str] = ""
     version: ClassVar[int] = 1
     tables: ClassVar[Sequence[Table]] = ()
     topics: ClassVar[Sequence[str] | None] = None
+    #: True when the rows depend on one stream at a time (a stream's rows are a function of its own events,
+    #: and rows of different streams have different keys): a rebuild may then fold the log stream by stream
+    #: (``projections.streamwise``). False (log order) for projections that join streams.
+    streamwise: ClassVar[bool] = False
 
     def prepare(self, events: Sequence[Any]) -> None:
         """Called with a batch's events for this projection (those of its ``topics``) before its
@@ -433,6 +439,10 @@ class Projection:
 
     def apply(self, event: Any, rows: Rows) -> Iterable[RowOp]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def stream_done(self, stream_id: Any) -> None:
+        """A stream-wise build has taken this stream's rows: drop what is kept in memory for it (so the
+        build's memory stays flat)."""
 
     # -- helpers used by the backends ----------------------------------------------------------
     @classmethod

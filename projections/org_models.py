@@ -29,6 +29,9 @@ ORG_MODEL_TOPICS = tuple(sorted(
 class OrgModelsView(Projection):
     name = "org_models"
     version = 1
+    # Log order: an organization's rows depend on the deployment stream as of the same log position (and a
+    # deployment change rewrites every organization's rows), so they are not a function of one stream.
+    streamwise = False
     topics = ORG_MODEL_TOPICS
     tables = [
         Table("organizations", [

@@ -224,6 +224,22 @@ class PostgresBackend(SqlBackend):
                 raise BuildBusy(f"projection {name} v{build}: this writer lost its lease; nothing written")
             raise BuildBusy(leases.busy_message(name, build, holder, 0))
 
+    def _check_delegate(self, cur: Any, name: str, build: int, token: str) -> None:
+        cur.execute(_LIVE_HOLDER.format(leases=self._qualify("projection_leases")) + " AND l.owner = %s",
+                    (name, build, self._lease_key(name), token))
+        if cur.fetchone() is None:
+            raise BuildBusy(f"projection {name} v{build}: the rebuild this worker writes for no longer holds "
+                            "the build's lease; nothing written")
+
+    def reopen(self) -> PostgresBackend:
+        return PostgresBackend(self.conninfo, self.schema, pool_size=2, cache_rows=self.cache_rows)
+
+    def _insert_rows(self, cur: Any, table: Table, name: str, rows: Any) -> None:
+        encode = self._row_encoder(table)
+        with cur.copy(f"COPY {self._qualify(name)} ({', '.join(map(_q, table.column_names))}) FROM STDIN") as copy:
+            for r in rows:
+                copy.write_row(encode(r))
+
     def lease_holders(self, name: str | None = None) -> list[leases.LeaseHolder]:
         out = []
         with self._read_tx() as cur:

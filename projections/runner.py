@@ -59,6 +59,9 @@ class RebuildResult(msgspec.Struct):
     switched: bool  # readers now use to_version
     diff: Diff | None = None  # blue/green: the comparison with the live version
     switch: Switch | None = None
+    streamwise: bool = False  # built stream by stream up to a fixed head, then caught up in log order
+    workers: int = 1  # processes that folded the streams (stream-wise builds)
+    worker_peak_rss_mb: list[float] = []  # peak RSS of each worker process (none: folded in this process)
 
 
 class OtherBuild(msgspec.Struct):
@@ -294,14 +297,57 @@ def _switch(backend: SqlBackend, name: str, expected: int | None, to_version: in
         return None
 
 
+class _Fill:
+    """How a rebuild fills a new build: in log order (``_run``), or stream-wise up to a fixed head and then in
+    log order (``projections.streamwise``), falling back to log order for a stream it cannot fold."""
+
+    def __init__(self, app: Any, projection: Projection, backend: SqlBackend, batch_size: int,
+                 progress: Progress | None, streamwise: bool, workers: int) -> None:
+        self.app, self.projection, self.backend = app, projection, backend
+        self.batch_size, self.progress, self.streamwise, self.workers = batch_size, progress, streamwise, workers
+        self.worker_rss: list[float] = []
+
+    def __call__(self, target: int, stop: int | None = None) -> int:
+        """Build ``target`` (just created, its lease held) up to ``stop`` (default: the head)."""
+        app, p, backend = self.app, self.projection, self.backend
+        if self.streamwise:
+            from projections import streamwise
+
+            head = app.head() if stop is None else stop
+            try:
+                built = streamwise.build(app, p, backend, target, head, self.workers, self.progress)
+            except streamwise.StreamFailed as e:
+                log.info("%s; building %s v%s in log order instead", e, p.name, target)  # the log-order build reports it
+                backend.create_build(p, target, replace=True)
+            except BaseException:
+                try:  # a failed or killed worker: the build is never switched in; drop what it holds
+                    backend.drop_build(p.name, target)
+                except Exception as drop_error:  # noqa: BLE001 - the rebuild's own failure is what matters
+                    log.warning("dropping %s v%s after a failed build: %s", p.name, target, drop_error)
+                raise
+            else:
+                self.worker_rss = built.worker_rss_mb
+                return built.events + _run(app, p, backend, target, self.batch_size, self.progress, stop=stop)
+        return _run(app, p, backend, target, self.batch_size, self.progress, stop=stop)
+
+    def result(self, *args: Any) -> RebuildResult:
+        return RebuildResult(*args, streamwise=self.streamwise, workers=self.workers if self.streamwise else 1,
+                             worker_peak_rss_mb=self.worker_rss)
+
+
 def rebuild(app: Any, projection: Projection, backend: SqlBackend, blue_green: bool = False,
             accept_diff: bool = False, batch_size: int = 500, progress: Progress | None = None,
-            wait: float = REBUILD_WAIT) -> RebuildResult:
+            wait: float = REBUILD_WAIT, streamwise: bool | None = None, workers: int = 1) -> RebuildResult:
     """Rebuild a projection from the start of the log.
 
     Holds the projection's rebuild lease throughout (another rebuild of it running: ``BuildBusy`` at once)
     and first drops the builds nobody uses (``prune``). The build it makes is written under that build's
     lease, taken within ``wait`` seconds (followers hold it one batch at a time).
+
+    A projection that declares ``streamwise`` (default: as it declares; ``streamwise=False`` forces log
+    order) is built stream by stream up to a fixed head by ``workers`` processes, then caught up in log order
+    (``projections.streamwise``). Such a build is never the live one while it is made: in place, a live build
+    of this definition is replaced by a new build switched in at the end (the result names it).
 
     In place: the maintained build (or, when the code's definition differs from the live one, a new
     build that then goes live without comparison) is dropped, recreated and caught up. Readers of the
@@ -318,6 +364,10 @@ def rebuild(app: Any, projection: Projection, backend: SqlBackend, blue_green: b
     finish); older builds are dropped."""
     projection.check()
     name = projection.name
+    if workers < 1:
+        raise ProjectionError(f"workers must be at least 1 (got {workers})")
+    fill = _Fill(app, projection, backend, batch_size, progress,
+                 projection.streamwise if streamwise is None else streamwise, workers)
     with backend.lease(name, REBUILD, "rebuild"):
         _prune(backend, projection)
         builds = backend.builds(name)
@@ -325,40 +375,40 @@ def rebuild(app: Any, projection: Projection, backend: SqlBackend, blue_green: b
         maintainable = live is not None and _is_maintainable(projection, builds.get(live))
 
         if not blue_green:
-            target = live if maintainable else _next_version(projection, live, builds)
+            target = live if maintainable and not fill.streamwise else _next_version(projection, live, builds)
             assert target is not None
             with backend.lease(name, target, "rebuild", wait):
                 backend.create_build(projection, target, replace=True)
-                events = _run(app, projection, backend, target, batch_size, progress)
+                events = fill(target)
                 switch = _switch(backend, name, live, target, "in_place") if live != target else None
                 position = backend.position(name, target) or 0
             if live != target:
                 _prune(backend, projection, keep={target, live})
-            return RebuildResult(name, "in_place", live, target, position, events, live != target, None, switch)
+            return fill.result(name, "in_place", live, target, position, events, live != target, None, switch)
 
         target = _next_version(projection, live, builds)
         with backend.lease(name, target, "rebuild", wait):
             backend.create_build(projection, target, replace=True)
             if live is None:
-                events = _run(app, projection, backend, target, batch_size, progress)
+                events = fill(target)
                 switch = _switch(backend, name, None, target, "blue_green")
-                return RebuildResult(name, "blue_green", None, target, backend.position(name, target) or 0,
-                                     events, True, None, switch)
+                return fill.result(name, "blue_green", None, target, backend.position(name, target) or 0,
+                                   events, True, None, switch)
             # Most of the way without holding up the live build's followers...
-            events = _run(app, projection, backend, target, batch_size, progress, stop=backend.position(name, live))
+            events = fill(target, stop=backend.position(name, live))
             # ...then the rest with the live build held still: same position, compare, switch.
             with backend.lease(name, live, "rebuild", wait):
                 p_live = backend.position(name, live) or 0
                 events += _run(app, projection, backend, target, batch_size, progress, stop=p_live)
                 diff = backend.compare(name, live, target)
                 if not (diff.equal or accept_diff):
-                    return RebuildResult(name, "blue_green", live, target, diff.position, events, False, diff, None)
+                    return fill.result(name, "blue_green", live, target, diff.position, events, False, diff, None)
                 switch = backend.switch_live(name, live, target, mode="blue_green", diff=diff,
                                              accepted_with_diff=not diff.equal)
             events += _run(app, projection, backend, target, batch_size, progress)
             position = backend.position(name, target) or 0
         _prune(backend, projection, keep={target, live})
-        return RebuildResult(name, "blue_green", live, target, position, events, True, diff, switch)
+        return fill.result(name, "blue_green", live, target, position, events, True, diff, switch)
 
 
 def _unused(backend: SqlBackend, projection: Projection, builds: dict[int, Any], live: int | None,

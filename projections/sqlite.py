@@ -233,6 +233,15 @@ class SqliteBackend(SqlBackend):
                     f"({', '.join('?' * len(mine))})",
                     (_ts(now + timedelta(seconds=self.LEASE_TTL)), name, *mine))
 
+    def _check_delegate(self, cur: sqlite3.Cursor, name: str, build: int, token: str) -> None:
+        row = self._lease_row(cur, name, build)
+        if row is None or row[0] != token or not self._holder_alive(row, _ts(_now())):
+            raise BuildBusy(f"projection {name} v{build}: the rebuild this worker writes for no longer holds "
+                            "the build's lease; nothing written")
+
+    def reopen(self) -> SqliteBackend:
+        return SqliteBackend(self.path, self.timeout, self.cache_rows)
+
     def _describe(self, name: str, build: int, row: tuple[Any, ...] | None) -> str:
         holder = self._holder(name, build, row)
         return holder.describe() if holder is not None else "nobody"

@@ -7,6 +7,7 @@ appears on a terminal when there is more than a moment's work; piped output stay
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -184,23 +185,31 @@ def projections_catch_up(c: Ctx, name: str | None, batch_size: int, wait: float,
 @click.option("--blue-green", is_flag=True, help="Build the next version beside the live one, compare, then switch.")
 @click.option("--accept-diff", is_flag=True, help="With --blue-green: switch even when the new version differs.")
 @batch_size_option
+@click.option("--workers", type=click.IntRange(1, 256), default=None,
+              help="Processes that fold the streams of a stream-wise projection (chat_views, conversations) "
+                   "[default: the number of CPUs]. org_models is always built in log order.")
+@click.option("--log-order", is_flag=True,
+              help="Build every projection in log order (exact at each committed position), not stream by stream.")
 @json_lines_flag
 @pass_ctx
 def projections_rebuild(c: Ctx, name: str | None, blue_green: bool, accept_diff: bool, batch_size: int,
-                        as_json: bool) -> None:
+                        workers: int | None, log_order: bool, as_json: bool) -> None:
     """Rebuild projections (default: all) from the first event. A rebuild of the same projection already
     running stops this one (projection_busy); builds left by earlier rebuilds are dropped first."""
     backend, refused = c.backend, False
     for p in _selected(c, name):
         with progress_bar(f"rebuilding {p.name}", c.app.head()) as progress:
             result = views.rebuild_one(c.app, p, backend, blue_green=blue_green, accept_diff=accept_diff,
-                                       batch_size=batch_size, progress=progress)
+                                       batch_size=batch_size, progress=progress,
+                                       streamwise=False if log_order else None,
+                                       workers=workers or os.cpu_count() or 1)
         in_place = result.mode == "in_place"
         refused = refused or not (result.switched or in_place)
         if as_json:
             emit_json(msgspec.to_builtins(result))
             continue
-        line = f"{p.name}: v{result.to_version} built from {result.events} events ({result.mode})"
+        how = f"stream-wise, {result.workers} worker{'s' if result.workers > 1 else ''}" if result.streamwise else "log order"
+        line = f"{p.name}: v{result.to_version} built from {result.events} events ({result.mode}, {how})"
         if result.diff is not None:
             d = result.diff
             verdict = "equal" if d.equal else f"{d.diff_rows} rows differ"

@@ -48,7 +48,8 @@ def _in_child(kind: str, url: str, events: int, *extra: str) -> dict[str, Any]:
 
 def run_bench(backends: list[str], pg_url: str, rebuild_events: int, small_events: int, replay_events: int,
               only: set[str], throughput_commands: int = 4000, concurrent_commands: int = 300,
-              view_chats: int = 100_000, interleave: int = 300, service_commands: int = 2000) -> dict[str, Any]:
+              view_chats: int = 100_000, interleave: int = 300, service_commands: int = 2000,
+              many_chats: tuple[int, ...] = (2_000, 10_000), workers: int = 2, million: bool = False) -> dict[str, Any]:
     results: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
         "started_at": datetime.now(timezone.utc).isoformat(), "settings": {
@@ -79,6 +80,9 @@ def run_bench(backends: list[str], pg_url: str, rebuild_events: int, small_event
                                                  "interleave": k}
                     finally:
                         _drop(url)
+            if "rebuild" in only:
+                r.update(_streamwise_runs(backend, pg_url, tmp, small_events, rebuild_events, interleave,
+                                          many_chats, workers, million))
             for kind, n in (("throughput", throughput_commands), ("concurrent", concurrent_commands),
                             ("views", view_chats), ("service", service_commands)):
                 if kind in only:
@@ -92,6 +96,37 @@ def run_bench(backends: list[str], pg_url: str, rebuild_events: int, small_event
                                 _drop(_sibling(url, tag))
             results["backends"][backend] = r
     return results
+
+
+def _streamwise_runs(backend: str, pg_url: str, tmp: str, small: int, large: int, interleave: int,
+                     many_chats: tuple[int, ...], workers: int, million: bool) -> dict[str, Any]:
+    """Stream-wise rebuilds (1 and ``workers`` processes) and a log-order build on each ledger shape, the
+    library's ProjectionRunner on the interleaved one (PostgreSQL), and optionally a 1,000,000-event ledger."""
+    shapes = [("cac_small", small, 1), ("cac_large", large, 1), ("il_small", small, interleave),
+              ("il_large", large, interleave), *((f"il_{k}", large, k) for k in many_chats)]
+    if million:
+        shapes.append(("il_million", 1_000_000, interleave))
+    out: dict[str, Any] = {}
+    for label, n, k in shapes:
+        url = _fresh_url(backend, pg_url, tmp)
+        try:
+            written = _in_child("generate", url, n, str(k))
+            x = _in_streamwise("streamwise", url, str(workers))
+            x.update(interleave=k, write_s=written["write_s"])
+            if backend == "postgres" and label == "il_small":
+                x["library_projection_runner"] = _in_streamwise("library", url)
+            out[f"streamwise_{label}"] = x
+        finally:
+            _drop(url)
+    return out
+
+
+def _in_streamwise(kind: str, url: str, *extra: str) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-m", "commands.tools.bench_streamwise", kind, url, *extra],
+                         capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"bench {kind} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def print_table(results: dict[str, Any]) -> None:
@@ -108,6 +143,25 @@ def print_table(results: dict[str, Any]) -> None:
                 click.echo(f"{backend:<9} {'rebuild views, ' + format(x['events'], ',') + ' ev' + shape:<34} "
                            f"{x['rebuild_events_per_s_per_view']:>16,} {x['raw_scan_decode_events_per_s']:>16,} "
                            f"{x['ratio_per_view']:>7.2f} {'>=0.5':>7}")
+        for key, x in r.items():
+            if not key.startswith("streamwise_"):
+                continue
+            w = next(k for k in x if k.startswith("streamwise_") and k != "streamwise_1")
+            shape = f"{x['events']:,} ev, " + ("chat after chat" if x["interleave"] == 1 else f"{x['interleave']:,} at once")
+            for label, target in (("streamwise_1", ">=0.6"), (w, ">=1.0"), ("log_order", "")):
+                y = x[label]
+                what = {"streamwise_1": "stream-wise, 1 worker", "log_order": "log order (catch-up)"}.get(
+                    label, f"stream-wise, {y['workers']} workers")
+                click.echo(f"{backend:<9} {what + ', ' + shape:<34} {y['events_per_s']:>16,} "
+                           f"{x['raw_scan_decode_events_per_s']:>16,} {y['ratio']:>7.2f} {target:>7}")
+            rss = [x["streamwise_1"]["peak_rss_mb"], *x[w]["worker_peak_rss_mb"]]
+            click.echo(f"{backend:<9} {'  peak RSS MB (1 worker; each of N)':<34} {', '.join(f'{v:.0f}' for v in rss):>16} "
+                       f"{'log/stream-wise':>16} {x['log_order_vs_streamwise_1']:>7.2f} {'<=2x':>7}")
+            if "library_projection_runner" in x:
+                y = x["library_projection_runner"]
+                click.echo(f"{backend:<9} {'  library ProjectionRunner (ev/s)':<34} {y['events_per_s']:>16,} "
+                           f"{x['raw_scan_decode_events_per_s']:>16,} "
+                           f"{y['events_per_s'] / x['raw_scan_decode_events_per_s']:>7.2f}")
         sizes = [r[k] for k in ("rebuild_small", "rebuild_large") if k in r]
         if len(sizes) == 2:
             click.echo(f"{backend:<9} {'peak RSS of a rebuild (MB)':<34} "

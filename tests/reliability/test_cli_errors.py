@@ -128,7 +128,7 @@ def blocked_rebuild(pg_url: str) -> Iterator[tuple[psycopg.Connection, int, Any]
     session.execute("SET deadlock_timeout = '60s'")  # the rebuild's backend runs the deadlock check first
     session.execute("BEGIN")
     session.execute(f'LOCK TABLE "{schema}".chat_views_v{ChatViews.version}_chat_status IN SHARE MODE')
-    proc = start(pg_url, "projections", "rebuild", "chat_views")
+    proc = start(pg_url, "projections", "rebuild", "chat_views", "--log-order")  # in place: into the live table
     try:
         wait_for(lambda: bool(_blocked_by(session)), 60, "the rebuild to block on the test's lock")
         (pid,) = _blocked_by(session)

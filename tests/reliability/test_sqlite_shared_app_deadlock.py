@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 from commands.handler import command_from_dict, execute
 from ledger.store import open_app
-from projections import catch_up, open_backend
+from projections import catch_up, open_backend, streamwise
 from projections.chats import ChatViews
 from tests.chat.helpers import ORG, OWNER, setup_org
 
@@ -52,9 +52,18 @@ def test_cold_fold_loads_states_before_the_view_transaction(sqlite_url: str) -> 
             loads.append((aggregate_id, getattr(in_tx, "on", False)))
             return original_load(aggregate_id, version=version)
 
+        def watched_read(app: Any, upto: dict[uuid.UUID, int], *args: Any) -> Any:  # the fold's batched reads
+            loads.extend((a, getattr(in_tx, "on", False)) for a in upto)
+            return original_read(app, upto, *args)
+
         backend._write_tx = watched_tx  # type: ignore[method-assign]
         app.load = watched_load  # type: ignore[method-assign]
-        assert catch_up(app, cold, backend) == len(chats)
+        original_read = streamwise.read_streams
+        streamwise.read_streams = watched_read
+        try:
+            assert catch_up(app, cold, backend) == len(chats)
+        finally:
+            streamwise.read_streams = original_read
         assert {str(a) for a, _ in loads} == set(chats)  # the cold fold did load every state ...
         assert not any(inside for _, inside in loads)  # ... and never inside the view transaction
         titles = {r["chat_id"]: r["title"] for r in backend.query("chat_views", "chat_status")}
