@@ -1,0 +1,119 @@
+"""Snapshots of long streams: derived data that shortens a load, never an answer.
+
+A process that has not seen a chat replays all of it before deciding (chatd allows 1,200 steps a turn, so
+agent chats reach tens of thousands of events). The application (``ledger.store``) keeps, for the aggregate
+types in its ``snapshotting_intervals``, a snapshot of the state each time a save carries a stream past a
+multiple of the interval, in the library's snapshot store (``stored_snapshots`` on SQLite,
+``chatledger_snapshots`` on PostgreSQL); a load starts from the latest snapshot at or below the version
+asked for and replays the events after it.
+
+What keeps a snapshot from changing an answer:
+
+* it is taken from the aggregate the save just recorded, at that save's last version (the state every
+  event up to it folds to), after the commit, and a failure to write it fails nothing;
+* it is used only while the code that folds the stream is the code that wrote it: each snapshot carries a
+  **fingerprint** of its class's ``class_version``, of the state's shape (its msgspec JSON schema) and of the
+  source of the modules that fold the stream (``FOLD_MODULES``). A snapshot whose fingerprint differs, or
+  that does not decode, is ignored (the load replays from the events, as before the first snapshot) and the
+  next snapshot of the stream replaces it. ``docs/schema-changes.md`` gives the rule;
+* nothing that judges the log reads them: ``events verify``, the projections, audit, export and import read
+  the events only (an import writes no snapshot; they are re-taken as the streams grow).
+
+Snapshots are written as msgpack whatever the payload format (they are never read by people), and
+deleting them (``DELETE FROM stored_snapshots``) is always safe.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import inspect
+from datetime import datetime, timezone
+from typing import Any, ClassVar
+from uuid import UUID
+
+import msgspec
+from eventsourcing.domain import DomainEvent
+
+from ledger.base import TOPICS, DeciderAggregate, _register
+from ledger.chat.aggregate import Chat
+from ledger.chat.state import ChatState
+
+
+class StateSnapshot(DomainEvent):
+    """The state of one aggregate at ``originator_version`` (with its created/modified times)."""
+
+    TOPIC: ClassVar[str] = ""
+    class_version: ClassVar[int] = 1
+    #: written as msgpack whatever the application's payload format (``ledger.codec``)
+    PAYLOAD_FORMAT: ClassVar[str] = "msgpack"
+    #: the aggregate class whose state this is
+    AGGREGATE: ClassVar[type[DeciderAggregate]]
+    #: the state's type (decoded typed, so that a snapshot's state is the fold's, field for field)
+    STATE: ClassVar[type]
+    #: the modules whose code folds the stream: a change to any of them invalidates every snapshot
+    FOLD_MODULES: ClassVar[tuple[str, ...]] = ()
+
+    fingerprint: str
+    created_on: datetime
+    modified_on: datetime
+    state: Any
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _register(cls)
+
+    @classmethod
+    @functools.cache
+    def current_fingerprint(cls) -> str:
+        digest = hashlib.sha256(f"{cls.TOPIC}\0{cls.class_version}\0".encode())
+        digest.update(msgspec.json.encode(msgspec.json.schema(cls.STATE), order="sorted"))
+        for name in cls.FOLD_MODULES:
+            digest.update(b"\0" + inspect.getsource(importlib.import_module(name)).encode())
+        return digest.hexdigest()
+
+    @classmethod
+    def take(cls, aggregate: DeciderAggregate) -> StateSnapshot:
+        return cls(originator_id=aggregate.id, originator_version=aggregate.version,  # type: ignore[call-arg]
+                   timestamp=datetime.now(timezone.utc), fingerprint=cls.current_fingerprint(),
+                   created_on=aggregate.created_on, modified_on=aggregate.modified_on, state=aggregate.state)
+
+    def usable(self) -> bool:
+        """Whether the current code folds the stream as the code that took this snapshot did."""
+        return self.fingerprint == type(self).current_fingerprint()
+
+    def mutate(self, _: None) -> DeciderAggregate:
+        cls = self.AGGREGATE
+        agg = cls.__new__(cls)
+        agg.__base_init__(self.originator_id, self.originator_version, self.created_on)
+        agg._modified_on = self.modified_on
+        agg.state = self.state
+        return agg
+
+
+class ChatSnapshot(StateSnapshot):
+    TOPIC: ClassVar[str] = "chat-ledger:chat.Snapshot"
+    class_version: ClassVar[int] = 1
+    AGGREGATE = Chat
+    STATE = ChatState
+    FOLD_MODULES = ("ledger.chat.evolve", "ledger.chat.state", "ledger.chat.values", "ledger.base")
+
+    state: ChatState
+
+
+#: aggregate class -> its snapshot class
+SNAPSHOTS: dict[type, type[StateSnapshot]] = {Chat: ChatSnapshot}
+#: aggregate class -> snapshot every this many events (``ChatLedgerApp.snapshotting_intervals``)
+INTERVALS: dict[type, int] = {Chat: 500}
+
+
+def crossed(interval: int, first_version: int, last_version: int) -> bool:
+    """Whether a save of versions ``first_version..last_version`` carried its stream past a multiple of
+    ``interval``."""
+    return (first_version - 1) // interval < last_version // interval
+
+
+def usable_snapshot(snapshot: Any, aggregate_id: UUID) -> bool:
+    return (isinstance(snapshot, StateSnapshot) and snapshot.originator_id == aggregate_id
+            and snapshot.usable() and TOPICS.get(type(snapshot).TOPIC) is type(snapshot))
