@@ -4,8 +4,9 @@ A process that has not seen a chat replays all of it before deciding (chatd allo
 agent chats reach tens of thousands of events). The application (``ledger.store``) keeps, for the aggregate
 types in its ``snapshotting_intervals``, a snapshot of the state each time a save carries a stream past a
 multiple of the interval, in the library's snapshot store (``stored_snapshots`` on SQLite,
-``chatledger_snapshots`` on PostgreSQL); a load starts from the latest snapshot at or below the version
-asked for and replays the events after it.
+``chatledger_snapshots`` on PostgreSQL), and deletes the stream's older ones (each holds the whole state); a
+load starts from the stream's snapshot when it is at or below the version asked for, and replays the
+events after it (a load of an earlier version replays from the first event).
 
 What keeps a snapshot from changing an answer:
 
@@ -25,18 +26,24 @@ deleting them (``DELETE FROM stored_snapshots``) is always safe.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import hashlib
 import importlib
 import inspect
 from datetime import datetime, timezone
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterator
 from uuid import UUID
 
 import msgspec
+from eventsourcing.application import AggregateNotFoundError, Repository
 from eventsourcing.domain import DomainEvent
+from eventsourcing.persistence import PersistenceError
+from eventsourcing.sqlite import SQLiteAggregateRecorder
 
 from ledger.base import TOPICS, DeciderAggregate, _register
+from ledger.codec import CodecError
 from ledger.chat.aggregate import Chat
 from ledger.chat.state import ChatState
 
@@ -117,3 +124,84 @@ def crossed(interval: int, first_version: int, last_version: int) -> bool:
 def usable_snapshot(snapshot: Any, aggregate_id: UUID) -> bool:
     return (isinstance(snapshot, StateSnapshot) and snapshot.originator_id == aggregate_id
             and snapshot.usable() and TOPICS.get(type(snapshot).TOPIC) is type(snapshot))
+
+
+class LedgerRepository(Repository[UUID]):
+    """The library's repository, starting a load from a snapshot only when it is usable
+    (``ledger.snapshots``): one whose fingerprint is the current code's. Any other (or none, or a ledger
+    opened read-only before it had a snapshot table) means replaying the stream from its first event."""
+
+    def _reconstruct_aggregate(self, aggregate_id: UUID, version: int | None, projector_func: Any) -> Any:
+        snapshot = self._snapshot(aggregate_id, version)
+        events = self.event_store.get(originator_id=aggregate_id, gt=snapshot.originator_version if snapshot else None,
+                                      lte=version)
+        aggregate = projector_func(snapshot.mutate(None) if snapshot else None, events)
+        if aggregate is None:
+            raise AggregateNotFoundError(f"Aggregate {aggregate_id!r} version {version!r} not found.")
+        return aggregate
+
+    def _snapshot(self, aggregate_id: UUID, version: int | None) -> Any:
+        store = self.snapshot_store
+        if store is None:
+            return None
+        try:
+            stored = store.recorder.select_events(aggregate_id, desc=True, limit=1, lte=version)
+        except PersistenceError:  # no snapshot table (a ledger older than snapshots, opened read-only)
+            return None
+        if not stored:
+            return None
+        try:
+            with _gc_paused():  # a long chat's snapshot is ~10^5 objects: no collections while they are made
+                snapshot = store.mapper.to_domain_event(stored[0])
+        except CodecError:  # written by other code: ignored, like a fingerprint that differs
+            return None
+        return snapshot if usable_snapshot(snapshot, aggregate_id) else None
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def take_snapshots(app: Any, processing: Any) -> None:
+    """The application's ``_take_snapshots``: a snapshot of each saved aggregate whose save carried its stream
+    past a multiple of its type's interval, taken from the aggregate itself (at the save's last version: no
+    read), then the stream's older snapshots deleted (each holds the whole state: keeping them all would
+    store the state once per interval, quadratic in the stream's length). After the commit: a snapshot that
+    cannot be written (another process wrote the same one, the database went) costs the next load some
+    replay and fails nothing."""
+    if app.snapshots is None:
+        return
+    first: dict[UUID, int] = {}
+    for event in processing.events:
+        first.setdefault(event.originator_id, event.originator_version)
+    for aggregate_id, aggregate in processing.aggregates.items():
+        interval = app.snapshotting_intervals.get(type(aggregate))
+        if not interval or aggregate_id not in first or not crossed(interval, first[aggregate_id], aggregate.version):
+            continue
+        try:
+            app.snapshots.put([SNAPSHOTS[type(aggregate)].take(aggregate)])
+            delete_older(app.snapshots.recorder, aggregate_id, aggregate.version)
+        except PersistenceError:
+            pass
+
+
+def delete_older(recorder: Any, aggregate_id: UUID, version: int) -> None:
+    """Delete the stream's snapshots below ``version`` (the library's snapshot table, either database)."""
+    if isinstance(recorder, SQLiteAggregateRecorder):
+        statement: Any = f"DELETE FROM {recorder.events_table_name} WHERE originator_id = ? AND originator_version < ?"
+        params: tuple[Any, ...] = (aggregate_id.hex, version)
+    else:
+        from psycopg.sql import SQL, Identifier
+
+        statement = SQL("DELETE FROM {}.{} WHERE originator_id = %s AND originator_version < %s").format(
+            Identifier(recorder.datastore.schema), Identifier(recorder.events_table_name))
+        params = (aggregate_id, version)
+    with recorder.datastore.transaction(commit=True) as c:
+        c.execute(statement, params)

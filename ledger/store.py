@@ -30,14 +30,14 @@ from urllib.parse import quote, unquote, urlsplit
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent, Repository
-from eventsourcing.persistence import InfrastructureFactory, Mapper, Notification, PersistenceError
+from eventsourcing.persistence import InfrastructureFactory, Mapper, Notification
 from eventsourcing.utils import strtobool
 
 from ledger.base import DeciderAggregate, LedgerEvent, fast_project
-from ledger.codec import FORMATS, CodecError, MsgspecMapper
+from ledger.codec import FORMATS, MsgspecMapper
 from ledger.errors import LedgerError
 from ledger.recorders import CONNECT_TIMEOUT, IDLE_IN_TRANSACTION_TIMEOUT, RECORDER_TOPICS
-from ledger.snapshots import INTERVALS, SNAPSHOTS, crossed, usable_snapshot
+from ledger.snapshots import INTERVALS, LedgerRepository, take_snapshots
 
 DEFAULT_URL = "sqlite:///chat-ledger.db"
 _SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # matched in full: no trailing newline slips through
@@ -319,37 +319,6 @@ def _require_sqlite_ledger(path: str) -> None:
         raise _not_found(f"no ledger in SQLite file {file}: no {SQLITE_EVENTS_TABLE} table")
 
 
-class LedgerRepository(Repository[UUID]):
-    """The library's repository, starting a load from a snapshot only when it is usable
-    (``ledger.snapshots``): one whose fingerprint is the current code's. Any other (or none, or a ledger
-    opened read-only before it had a snapshot table) means replaying the stream from its first event."""
-
-    def _reconstruct_aggregate(self, aggregate_id: UUID, version: int | None, projector_func: Any) -> Any:
-        snapshot = self._snapshot(aggregate_id, version)
-        events = self.event_store.get(originator_id=aggregate_id, gt=snapshot.originator_version if snapshot else None,
-                                      lte=version)
-        aggregate = projector_func(snapshot.mutate(None) if snapshot else None, events)
-        if aggregate is None:
-            raise AggregateNotFoundError(f"Aggregate {aggregate_id!r} version {version!r} not found.")
-        return aggregate
-
-    def _snapshot(self, aggregate_id: UUID, version: int | None) -> Any:
-        store = self.snapshot_store
-        if store is None:
-            return None
-        try:
-            stored = store.recorder.select_events(aggregate_id, desc=True, limit=1, lte=version)
-        except PersistenceError:  # no snapshot table (a ledger older than snapshots, opened read-only)
-            return None
-        if not stored:
-            return None
-        try:
-            snapshot = store.mapper.to_domain_event(stored[0])
-        except CodecError:  # written by other code: ignored, like a fingerprint that differs
-            return None
-        return snapshot if usable_snapshot(snapshot, aggregate_id) else None
-
-
 class ChatLedgerApp(Application[UUID]):
     """Holds every aggregate type; replays with the fast projector; decodes with the msgspec mapper.
 
@@ -503,23 +472,7 @@ class ChatLedgerApp(Application[UUID]):
         return recordings
 
     def _take_snapshots(self, processing: ProcessingEvent[UUID]) -> None:
-        """A snapshot of each saved aggregate whose save carried its stream past a multiple of its type's
-        interval, taken from the aggregate itself (at the save's last version: no read). After the commit:
-        a snapshot that cannot be written (another process wrote the same one, the database went) costs the
-        next load some replay and fails nothing."""
-        if self.snapshots is None:
-            return
-        first: dict[UUID, int] = {}
-        for event in processing.events:
-            first.setdefault(event.originator_id, event.originator_version)
-        for aggregate_id, aggregate in processing.aggregates.items():
-            interval = self.snapshotting_intervals.get(type(aggregate))
-            if not interval or aggregate_id not in first or not crossed(interval, first[aggregate_id], aggregate.version):
-                continue
-            try:
-                self.snapshots.put([SNAPSHOTS[type(aggregate)].take(aggregate)])
-            except PersistenceError:
-                pass
+        take_snapshots(self, processing)
 
     def construct_mapper(self) -> Mapper[UUID]:
         return MsgspecMapper(

@@ -144,21 +144,23 @@ def simulate_cmd(c: Ctx, chats: int, seed: int, orgs: int, concurrency: int, sal
 @click.option("--view-chats", type=int, default=100_000, show_default=True)
 @click.option("--interleave", type=int, default=300, show_default=True,
               help="Chats recorded at once in the interleaved rebuild ledger (of --small-events events; 1: skip it).")
+@click.option("--long-chat-events", type=int, default=50_000, show_default=True,
+              help="Length of the long chat whose first command in a fresh process is timed (longchat).")
 @click.option("--only", multiple=True, type=click.Choice(KINDS), help="Default: all.")
 @click.option("--quick", is_flag=True, help="Small sizes, for a smoke test (figures are not meaningful).")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default="bench-results.json", show_default=True)
 def bench(backends: tuple[str, ...], pg_url: str, rebuild_events: int, small_events: int, replay_events: int,
           throughput_commands: int, concurrent_commands: int, view_chats: int, interleave: int,
-          only: tuple[str, ...], quick: bool, out: str) -> None:
-    """Measure replay, rebuild, command throughput, concurrent writers and view queries against same-run
-    baselines; print a table, write JSON."""
+          long_chat_events: int, only: tuple[str, ...], quick: bool, out: str) -> None:
+    """Measure replay, rebuild, command throughput, concurrent writers, view queries and the first command
+    on a long chat against same-run baselines; print a table, write JSON."""
     if quick:
         rebuild_events, small_events, replay_events = 4000, 2000, 1000
-        throughput_commands, concurrent_commands, view_chats = 400, 40, 2000
+        throughput_commands, concurrent_commands, view_chats, long_chat_events = 400, 40, 2000, 3000
     try:
         results = run_bench(list(backends) or ["sqlite", "postgres"], pg_url, rebuild_events, small_events,
                             replay_events, set(only) or set(KINDS), throughput_commands, concurrent_commands,
-                            view_chats, interleave)
+                            view_chats, interleave, long_chat_events)
     except RuntimeError as e:
         raise click.ClickException(str(e)) from None
     results["settings"]["quick"] = quick

@@ -7,6 +7,8 @@
   events the handler recorded, one save per command, into a fresh database (overhead target <= 1.3x);
 * concurrent: 4 writer processes on distinct chats and on 2 contended chats: commands/s, conflict
   retries (counted by wrapping ``UnitOfWork.commit``), refusals;
+* longchat: the first command on a 50,000-event chat in a fresh process (from its latest snapshot) vs the
+  first command on a new chat in a fresh process (target <= 2x), and the long chat's full replay;
 * views: 100,000 small chats, the chat views caught up, then p50/p99 latency of ``backend.query`` as the
   CLI's ``status`` (by chat, by organization) and ``unresolved`` run it.
 
@@ -32,7 +34,7 @@ import click
 from commands.tools.bench_children import _drop, _fresh_url, _sibling
 
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
-KINDS = ("replay", "rebuild", "throughput", "concurrent", "views")
+KINDS = ("replay", "rebuild", "throughput", "concurrent", "views", "longchat")
 
 
 def _in_child(kind: str, url: str, events: int, *extra: str) -> dict[str, Any]:
@@ -45,13 +47,14 @@ def _in_child(kind: str, url: str, events: int, *extra: str) -> dict[str, Any]:
 
 def run_bench(backends: list[str], pg_url: str, rebuild_events: int, small_events: int, replay_events: int,
               only: set[str], throughput_commands: int = 4000, concurrent_commands: int = 300,
-              view_chats: int = 100_000, interleave: int = 300) -> dict[str, Any]:
+              view_chats: int = 100_000, interleave: int = 300, long_chat_events: int = 50_000) -> dict[str, Any]:
     results: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
         "started_at": datetime.now(timezone.utc).isoformat(), "settings": {
             "rebuild_events": rebuild_events, "small_events": small_events, "replay_events": replay_events,
             "throughput_commands": throughput_commands, "concurrent_commands_per_process": concurrent_commands,
-            "concurrent_processes": 4, "view_chats": view_chats, "interleave": interleave},
+            "concurrent_processes": 4, "view_chats": view_chats, "interleave": interleave,
+            "long_chat_events": long_chat_events},
         "backends": {},
     }
     with tempfile.TemporaryDirectory() as tmp:
@@ -76,7 +79,7 @@ def run_bench(backends: list[str], pg_url: str, rebuild_events: int, small_event
                     finally:
                         _drop(url)
             for kind, n in (("throughput", throughput_commands), ("concurrent", concurrent_commands),
-                            ("views", view_chats)):
+                            ("views", view_chats), ("longchat", long_chat_events)):
                 if kind in only:
                     url = _fresh_url(backend, pg_url, tmp)
                     try:
@@ -113,6 +116,11 @@ def print_table(results: dict[str, Any]) -> None:
             x = r["throughput"]
             click.echo(f"{backend:<9} {'commands, handler vs app.save (cmd/s)':<34} {x['handler_commands_per_s']:>16,} "
                        f"{x['bare_save_commands_per_s']:>16,} {x['overhead']:>7.2f} {'<=1.3x':>7}")
+        if "longchat" in r:
+            x = r["longchat"]
+            label = f"1st cmd, {x['events']:,}-ev chat vs new (ms)"
+            click.echo(f"{backend:<9} {label:<34} {x['first_command_long_ms']:>16,.1f} "
+                       f"{x['first_command_new_ms']:>16,.1f} {x['ratio']:>7.2f} {'<=2x':>7}")
         if "concurrent" in r:
             x = r["concurrent"]
             for mode in ("distinct", "contended"):
