@@ -68,7 +68,10 @@ class MsgspecMapper(Mapper):
             raise ValueError(f"unknown payload format {fmt!r} (choose json or msgpack)")
         self.format = fmt
         self._encode = msgspec.json.Encoder().encode if fmt == "json" else msgspec.msgpack.Encoder().encode
-        self._encoders = {"json": msgspec.json.Encoder().encode, "msgpack": msgspec.msgpack.Encoder().encode}
+        #: for classes that fix their own format (snapshots): msgpack with UUIDs as 16 bytes (typed fields
+        #: only hold them; a fifth smaller, and faster to decode, than their 36-character text)
+        self._encoders = {"json": msgspec.json.Encoder().encode,
+                          "msgpack": msgspec.msgpack.Encoder(uuid_format="bytes").encode}
         self._json_decoders: dict[type, msgspec.json.Decoder] = {}
         self._msgpack_decoders: dict[type, msgspec.msgpack.Decoder] = {}
 

@@ -178,12 +178,15 @@ def take_snapshots(app: Any, processing: Any) -> None:
     replay and fails nothing."""
     if app.snapshots is None:
         return
-    first: dict[UUID, int] = {}
-    for event in processing.events:
-        first.setdefault(event.originator_id, event.originator_version)
+    saved = len(processing.events)
     for aggregate_id, aggregate in processing.aggregates.items():
         interval = app.snapshotting_intervals.get(type(aggregate))
-        if not interval or aggregate_id not in first or not crossed(interval, first[aggregate_id], aggregate.version):
+        version = aggregate.version
+        if not interval or version % interval >= saved:  # (the usual case: no multiple in reach, O(1))
+            continue
+        first = min((e.originator_version for e in processing.events if e.originator_id == aggregate_id),
+                    default=None)
+        if first is None or not crossed(interval, first, version):
             continue
         try:
             app.snapshots.put([SNAPSHOTS[type(aggregate)].take(aggregate)])

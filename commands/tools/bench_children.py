@@ -113,6 +113,7 @@ def child_replay(url: str, events: int) -> dict[str, Any]:
     from ledger.store import open_app
 
     app = open_app(url)
+    app.snapshotting_intervals = {}  # the replay of the whole chat is measured (``longchat``: from a snapshot)
     script = ChatScript(__import__("random").Random(11), datetime(2026, 1, 1, tzinfo=timezone.utc), setup_catalogs(app))
     while script.chat is None or script.chat.version < events:
         script.step()
