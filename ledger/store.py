@@ -30,7 +30,7 @@ from urllib.parse import quote, unquote, urlsplit
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent, Repository
-from eventsourcing.persistence import InfrastructureFactory, Mapper, Notification
+from eventsourcing.persistence import InfrastructureFactory, Mapper, Notification, PersistenceError
 from eventsourcing.utils import strtobool
 
 from ledger.base import DeciderAggregate, LedgerEvent, fast_project
@@ -375,6 +375,14 @@ class ChatLedgerApp(Application[UUID]):
         if pool is not None and hasattr(pool, "reconnect_timeout"):  # psycopg's pool
             pool.reconnect_timeout = CONNECT_TIMEOUT
         return factory
+
+    def construct_snapshot_store(self) -> Any:
+        """The library's snapshot store, or None when its table cannot be made (a ledger written before
+        snapshots, opened read-only by a writer: its commands are then refused one by one, as before)."""
+        try:
+            return super().construct_snapshot_store()
+        except (PersistenceError, sqlite3.Error):
+            return None
 
     def construct_repository(self) -> Repository[UUID]:
         return LedgerRepository(event_store=self.events, snapshot_store=self.snapshots)

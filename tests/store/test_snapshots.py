@@ -134,6 +134,11 @@ def test_readers_of_a_ledger_without_a_snapshot_table_replay(sqlite_url: str, tm
         assert same(reader.load(chat_id), expected)
     finally:
         reader.close()
+    writer = open_app(f"sqlite:///file:{tmp_path / 'ledger.db'}?mode=ro")  # a writer that cannot make the table
+    try:
+        assert writer.snapshots is None and same(writer.load(chat_id), expected)
+    finally:
+        writer.close()
 
 
 def test_verify_reads_the_events_not_the_snapshots(app: Any) -> None:
