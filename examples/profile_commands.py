@@ -27,7 +27,7 @@ PARTS = [
     ("  recorder insert + commit", "sqlite.py", "(insert_events)"),
     ("  SQLite commit", "", "<method 'commit' of 'sqlite3.Connection' objects>"),
     ("  Protocol checks (collect_events)", "application.py", "(collect_events)"),
-    ("  dependency check at commit", "recorders/sqlite.py", "(_insert_events)"),
+    ("  insert statements (+ dependency check)", "recorders/sqlite.py", "(_insert_events)"),
     ("chat loads (Repository.get)", "application.py", "(get)"),
     ("catalog/deployment reads (load_model_facts)", "catalog.py", "(load_model_facts)"),
     ("decide: commit_step", "decide.py", "(commit_step)"),

@@ -144,9 +144,9 @@ class LedgerRepository(Repository[UUID]):
         store = self.snapshot_store
         if store is None:
             return None
-        try:
-            stored = store.recorder.select_events(aggregate_id, desc=True, limit=1, lte=version)
-        except PersistenceError:  # no snapshot table (a ledger older than snapshots, opened read-only)
+        try:  # once: on any failure the load replays (the events' read has its own bounded retries)
+            stored = _once(store.recorder, "select_events")(aggregate_id, desc=True, limit=1, lte=version)
+        except PersistenceError:  # also: no snapshot table (a ledger older than snapshots, opened read-only)
             return None
         if not stored:
             return None
@@ -188,11 +188,19 @@ def take_snapshots(app: Any, processing: Any) -> None:
                     default=None)
         if first is None or not crossed(interval, first, version):
             continue
-        try:
-            app.snapshots.put([SNAPSHOTS[type(aggregate)].take(aggregate)])
+        try:  # once, without the library's retries (ten, 0.2 s apart): the command is recorded already
+            stored = app.snapshots.mapper.to_stored_event(SNAPSHOTS[type(aggregate)].take(aggregate))
+            _once(app.snapshots.recorder, "insert_events")([stored])
             delete_older(app.snapshots.recorder, aggregate_id, aggregate.version)
         except PersistenceError:
             pass
+
+
+def _once(recorder: Any, name: str) -> Any:
+    """The recorder's method without the library's retry decorator (``functools.wraps`` keeps the original)."""
+    method = getattr(recorder, name)
+    original = getattr(method, "__wrapped__", None)
+    return functools.partial(original, recorder) if original is not None else method
 
 
 def delete_older(recorder: Any, aggregate_id: UUID, version: int) -> None:

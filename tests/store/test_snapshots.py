@@ -116,7 +116,7 @@ def test_a_snapshot_that_cannot_be_written_fails_nothing(app: Any, monkeypatch: 
     def refuse(*_: Any, **__: Any) -> None:
         raise OperationalError("disk full")
 
-    monkeypatch.setattr(app.snapshots, "put", refuse)
+    monkeypatch.setattr(app.snapshots.recorder, "insert_events", refuse)
     chat_id = long_chat(app)
     assert snapshot_versions(app, chat_id) == [] and app.load(chat_id).version > 4
 
