@@ -9,7 +9,6 @@ import sqlite3
 import uuid
 from typing import Any
 
-import pytest
 from eventsourcing.persistence import OperationalError, StoredEvent
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
