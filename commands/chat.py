@@ -185,7 +185,7 @@ def create_chat(app: Any, cmd: CreateChat) -> dict[str, Any]:
         chat_id = uuid4()
 
     def work(uow: UnitOfWork) -> dict[str, Any]:
-        existing = uow.get(chat_id)
+        existing = uow.get_new(chat_id)
         if existing is not None:
             if isinstance(existing, Chat) and cmd.idempotency_key in existing.state.idempotency:
                 return _repeat_result(app, existing, cmd)

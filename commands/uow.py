@@ -21,6 +21,16 @@ optimistic, and safe only because of three rules:
 * a copy is taken out of memory for the attempt (never shared) and only put back by a successful save,
   so an attempt that fails cannot leave half-recorded state behind.
 
+The same optimism, under the same rules, saves two more reads in an attempt that starts from memory:
+catalog-type aggregates read for facts (``read``) come from the application's cache as they are, without
+the fast-forward select (a stream the cache last found empty is taken as still empty: the deployment of a
+ledger that has none). They are dependencies, so the save checks their versions: a stale one is
+``DependencyChanged``, forgotten, and the attempt is decided again on the store. And a stream a command
+creates (``get_new``) is taken as absent when this process has not saved it (the insert at version 1
+checks it: ``IntegrityError`` when it exists, and the attempt is decided again on the store, which then
+answers ``chat_already_exists`` or an idempotent repeat). An optimistic attempt that refuses the command or
+records nothing is redone from the store, as above.
+
 Facts from other streams: every aggregate an attempt loads (``get``, ``get_cached``) or reads (``read``)
 and does not record on is a dependency of its decision (a catalog's membership, a model config claim, the
 deployment, a parent chat, a tool call's chat; a stream found absent is one too). The save checks, in its
@@ -111,7 +121,8 @@ class UnitOfWork:
         self._read: dict[UUID, DeciderAggregate | None] = {}
         self.attempt = 0
         self._recent = recent_of(app) if from_memory else None
-        self.from_memory: set[UUID] = set()  # aggregates this attempt took from ``Recent``
+        self.from_memory: set[UUID] = set()  # aggregates this attempt took from ``Recent`` (or took as absent)
+        self.unverified: set[UUID] = set()  # catalog-type aggregates read from the cache without fast-forward
         self._versions: dict[UUID, int] = {}  # each aggregate's version as this attempt saw it (0: none)
 
     def _saw(self, aggregate_id: UUID, aggregate: DeciderAggregate | None) -> None:
@@ -133,9 +144,24 @@ class UnitOfWork:
             self._saw(aggregate_id, aggregate)
         return self._loaded[aggregate_id]
 
+    def get_new(self, aggregate_id: UUID) -> Any:
+        """Like ``get``, for the stream a command creates: in an attempt from memory, a stream this process
+        has not saved is taken as absent without reading the store (the create's insert checks it)."""
+        if self._recent is not None and aggregate_id not in self._loaded:
+            aggregate = self._recent.take(aggregate_id)
+            self.from_memory.add(aggregate_id)
+            self._loaded[aggregate_id] = aggregate
+            self._saw(aggregate_id, aggregate)
+        return self.get(aggregate_id)
+
+    @property
+    def optimistic(self) -> bool:
+        """Whether this attempt decided on anything not read from the store (module docstring)."""
+        return bool(self.from_memory or self.unverified)
+
     def checked_by_save(self) -> bool:
         """Whether the save will check every decision taken from memory (module docstring)."""
-        return self.from_memory <= self._dirty.keys()
+        return self.from_memory <= self._dirty.keys() and (bool(self._dirty) or not self.unverified)
 
     def get_cached(self, aggregate_id: UUID) -> Any:
         """Like ``get``, through the application's aggregate cache (catalog-type aggregates): a copy, current
@@ -154,7 +180,13 @@ class UnitOfWork:
             # The cached object may be fast-forwarded in place by another thread's read while this
             # decision uses it; the version noted here is then older than the store's, and the check at
             # commit refuses the save (it can only pass when the object never moved past this version).
-            self._read[aggregate_id] = self.app.load_cached(aggregate_id, copy=False)
+            peek = getattr(self.app, "peek_cached", None)
+            hit, aggregate = peek(aggregate_id) if peek is not None and self._recent is not None else (False, None)
+            if hit:
+                self.unverified.add(aggregate_id)
+            else:
+                aggregate = self.app.load_cached(aggregate_id, copy=False)
+            self._read[aggregate_id] = aggregate
             self._saw(aggregate_id, self._read[aggregate_id])
         return self._read[aggregate_id]
 
@@ -203,14 +235,14 @@ def run(app: Any, work: Callable[[UnitOfWork], R], max_attempts: int = MAX_ATTEM
                 continue
             uow.commit()
         except LedgerError:
-            if uow.from_memory:
+            if uow.optimistic:
                 from_memory = False  # refusals are decided on current state
                 continue
             raise
         except IntegrityError as e:
             # Someone else wrote one of these streams first, or one this decision read: re-load, re-decide.
             if isinstance(e, DependencyChanged):
-                _forget_cached(app, e.stale)
+                _cached_behind(app, e.stale)
             conflict = True
         except SaveInDoubt as doubt:
             outcome = settle(app, doubt.stored_events, started + IN_DOUBT_SECONDS)
@@ -235,7 +267,7 @@ def run(app: Any, work: Callable[[UnitOfWork], R], max_attempts: int = MAX_ATTEM
             raise _unavailable(app, e) from e
         if conflict:
             # (A remembered copy gone stale is not counted as an attempt: the next one reads the store.)
-            if uow.from_memory:
+            if uow.optimistic:
                 from_memory = False
                 continue
             attempt += 1
@@ -279,6 +311,14 @@ def _forget_cached(app: Any, aggregate_ids: Iterable[UUID]) -> None:
     forget = getattr(app, "forget_cached", None)
     if forget is not None:
         forget(aggregate_ids)
+
+
+def _cached_behind(app: Any, aggregate_ids: Iterable[UUID]) -> None:
+    behind = getattr(app, "cached_behind", None)
+    if behind is not None:
+        behind(aggregate_ids)
+    else:
+        _forget_cached(app, aggregate_ids)
 
 
 def _unavailable(app: Any, e: BaseException) -> LedgerError:

@@ -68,6 +68,10 @@ class MsgspecMapper(Mapper):
             raise ValueError(f"unknown payload format {fmt!r} (choose json or msgpack)")
         self.format = fmt
         self._encode = msgspec.json.Encoder().encode if fmt == "json" else msgspec.msgpack.Encoder().encode
+        #: for classes that fix their own format (snapshots): msgpack with UUIDs as 16 bytes (typed fields
+        #: only hold them; a fifth smaller, and faster to decode, than their 36-character text)
+        self._encoders = {"json": msgspec.json.Encoder().encode,
+                          "msgpack": msgspec.msgpack.Encoder(uuid_format="bytes").encode}
         self._json_decoders: dict[type, msgspec.json.Decoder] = {}
         self._msgpack_decoders: dict[type, msgspec.msgpack.Decoder] = {}
 
@@ -82,7 +86,8 @@ class MsgspecMapper(Mapper):
         class_version = getattr(type(event), "class_version", 1)
         if class_version > 1:
             state["class_version"] = class_version
-        return self._encode(state)
+        fmt = getattr(type(event), "PAYLOAD_FORMAT", None)  # a class may fix its own (snapshots: msgpack)
+        return self._encoders[fmt](state) if fmt is not None else self._encode(state)
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         data = self.encode_payload(domain_event)

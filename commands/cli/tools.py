@@ -175,25 +175,28 @@ def simulate_cmd(c: Ctx, chats: int, seed: int, orgs: int, concurrency: int, sal
 @click.option("--workers", type=click.IntRange(1, 256), default=lambda: os.cpu_count() or 1,
               show_default="the number of CPUs", help="Worker processes of the N-worker stream-wise rebuilds.")
 @click.option("--million", is_flag=True, help="Also rebuild a 1,000,000-event interleaved ledger stream-wise.")
+@click.option("--long-chat-events", type=int, default=50_000, show_default=True,
+              help="Length of the long chat whose first command in a fresh process is timed (longchat).")
 @click.option("--only", multiple=True, type=click.Choice(KINDS), help="Default: all.")
 @click.option("--quick", is_flag=True, help="Small sizes, for a smoke test (figures are not meaningful).")
 @click.option("--output", "-o", "--out", "out", type=click.Path(dir_okay=False, allow_dash=True),
               default="bench-results.json", show_default=True, help="The JSON results' file (- for standard output).")
 def bench(backends: tuple[str, ...], pg_url: str, rebuild_events: int, small_events: int, replay_events: int,
           throughput_commands: int, concurrent_commands: int, view_chats: int, service_commands: int,
-          interleave: int, many_chats: str, workers: int, million: bool, only: tuple[str, ...], quick: bool,
-          out: str) -> None:
-    """Measure replay, rebuild, command throughput, concurrent writers and view queries against same-run
-    baselines; print a table, write JSON."""
+          interleave: int, many_chats: str, workers: int, million: bool, long_chat_events: int,
+          only: tuple[str, ...], quick: bool, out: str) -> None:
+    """Measure replay, rebuild, command throughput, concurrent writers, view queries, the service and the
+    first command on a long chat against same-run baselines; print a table, write JSON."""
     chats = tuple(int(k) for k in many_chats.split(",") if k.strip())
     if quick:
         rebuild_events, small_events, replay_events = 4000, 2000, 1000
         throughput_commands, concurrent_commands, view_chats, service_commands = 400, 40, 2000, 200
+        long_chat_events = 3000
         chats = tuple(min(k, 200) for k in chats)
     try:
         results = run_bench(list(backends) or ["sqlite", "postgres"], pg_url, rebuild_events, small_events,
                             replay_events, set(only) or set(KINDS), throughput_commands, concurrent_commands,
-                            view_chats, interleave, service_commands, chats, workers, million)
+                            view_chats, interleave, service_commands, chats, workers, million, long_chat_events)
     except RuntimeError as e:
         raise click.ClickException(str(e)) from None
     results["settings"]["quick"] = quick

@@ -10,6 +10,8 @@
 * service: 8 concurrent HTTP clients recording chats through ``chat-ledger serve`` vs ``apply`` of the same
   commands in one process (target >= 0.8), with p50/p99 latency and the SSE delivery lag p99 (< 100 ms)
   (``commands.tools.bench_service``);
+* longchat: the first command on a 50,000-event chat in a fresh process (from its latest snapshot) vs the
+  first command on a new chat in a fresh process (target <= 2x), and the long chat's full replay;
 * views: 100,000 small chats, the chat views caught up, then p50/p99 latency of ``backend.query`` as the
   CLI's ``status`` (by chat, by organization) and ``unresolved`` run it.
 
@@ -35,7 +37,7 @@ import click
 from commands.tools.bench_children import _drop, _fresh_url, _sibling
 
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
-KINDS = ("replay", "rebuild", "throughput", "concurrent", "views", "service")
+KINDS = ("replay", "rebuild", "throughput", "concurrent", "views", "service", "longchat")
 
 
 def _in_child(kind: str, url: str, events: int, *extra: str) -> dict[str, Any]:
@@ -49,14 +51,15 @@ def _in_child(kind: str, url: str, events: int, *extra: str) -> dict[str, Any]:
 def run_bench(backends: list[str], pg_url: str, rebuild_events: int, small_events: int, replay_events: int,
               only: set[str], throughput_commands: int = 4000, concurrent_commands: int = 300,
               view_chats: int = 100_000, interleave: int = 300, service_commands: int = 2000,
-              many_chats: tuple[int, ...] = (2_000, 10_000), workers: int = 2, million: bool = False) -> dict[str, Any]:
+              many_chats: tuple[int, ...] = (2_000, 10_000), workers: int = 2, million: bool = False,
+              long_chat_events: int = 50_000) -> dict[str, Any]:
     results: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
         "started_at": datetime.now(timezone.utc).isoformat(), "settings": {
             "rebuild_events": rebuild_events, "small_events": small_events, "replay_events": replay_events,
             "throughput_commands": throughput_commands, "concurrent_commands_per_process": concurrent_commands,
             "concurrent_processes": 4, "view_chats": view_chats, "interleave": interleave,
-            "service_commands": service_commands},
+            "service_commands": service_commands, "long_chat_events": long_chat_events},
         "backends": {},
     }
     with tempfile.TemporaryDirectory() as tmp:
@@ -84,7 +87,8 @@ def run_bench(backends: list[str], pg_url: str, rebuild_events: int, small_event
                 r.update(_streamwise_runs(backend, pg_url, tmp, small_events, rebuild_events, interleave,
                                           many_chats, workers, million))
             for kind, n in (("throughput", throughput_commands), ("concurrent", concurrent_commands),
-                            ("views", view_chats), ("service", service_commands)):
+                            ("views", view_chats), ("service", service_commands),
+                            ("longchat", long_chat_events)):
                 if kind in only:
                     url = _fresh_url(backend, pg_url, tmp)
                     try:
@@ -171,6 +175,11 @@ def print_table(results: dict[str, Any]) -> None:
             x = r["throughput"]
             click.echo(f"{backend:<9} {'commands, handler vs app.save (cmd/s)':<34} {x['handler_commands_per_s']:>16,} "
                        f"{x['bare_save_commands_per_s']:>16,} {x['overhead']:>7.2f} {'<=1.3x':>7}")
+        if "longchat" in r:
+            x = r["longchat"]
+            label = f"1st cmd, {x['events']:,}-ev chat vs new (ms)"
+            click.echo(f"{backend:<9} {label:<34} {x['first_command_long_ms']:>16,.1f} "
+                       f"{x['first_command_new_ms']:>16,.1f} {x['ratio']:>7.2f} {'<=2x':>7}")
         if "concurrent" in r:
             x = r["concurrent"]
             for mode in ("distinct", "contended"):

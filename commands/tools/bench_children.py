@@ -114,6 +114,7 @@ def child_replay(url: str, events: int) -> dict[str, Any]:
     from ledger.store import open_app
 
     app = open_app(url)
+    app.snapshotting_intervals = {}  # the replay of the whole chat is measured (``longchat``: from a snapshot)
     script = ChatScript(__import__("random").Random(11), datetime(2026, 1, 1, tzinfo=timezone.utc), setup_catalogs(app))
     while script.chat is None or script.chat.version < events:
         script.step()
@@ -135,6 +136,65 @@ def child_replay(url: str, events: int) -> dict[str, Any]:
     return {"events": n, "decode_events_per_s": round(n / min(decode)), "replay_events_per_s": round(n / min(replay)),
             "ratio": round(min(decode) / min(replay), 3)}
 
+
+def child_longchat(url: str, events: int) -> dict[str, Any]:
+    """The first command on a chat of ``events`` events in a fresh process (which starts from the chat's
+    latest snapshot, ``ledger.snapshots``) vs the first command on a new chat in a fresh process; each the
+    better of 3 processes. Also the full replay of the long chat (what a load cost before snapshots)."""
+    import subprocess
+
+    from commands.tools.workload import ChatScript, setup_catalogs
+    from ledger.base import fast_project
+    from ledger.store import open_app
+
+    app = open_app(url)
+    facts = setup_catalogs(app)
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    script = ChatScript(__import__("random").Random(11), start, facts)
+    while script.chat is None or script.chat.version < events:
+        script.step()
+        if len(script.chat.pending_events) >= 200:  # saves of ~200 events: snapshots as commands take them
+            app.save(script.chat)
+    app.save(script.chat)
+    small = ChatScript(__import__("random").Random(12), start, facts)
+    small.step()
+    app.save(small.chat)
+    long_id, new_id = script.chat.id, small.chat.id
+    t = time.perf_counter()
+    replay = fast_project(None, app.events.get(long_id))
+    replay_s = time.perf_counter() - t
+    snapshot = app.repository._snapshot(long_id, None)
+    app.close()
+
+    def first(chat_id: uuid.UUID) -> float:
+        out = subprocess.run([sys.executable, "-m", "commands.tools.bench_children", "firstcmd", url, "0",
+                              str(chat_id.int)], capture_output=True, text=True, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+
+    longs, news = [], []
+    for _ in range(3):
+        longs.append(first(long_id))
+        news.append(first(new_id))
+    lo, ne = min(longs), min(news)
+    return {"events": replay.version, "messages": len(replay.state.messages),
+            "snapshot_version": snapshot.originator_version if snapshot else None,
+            "first_command_long_ms": round(lo * 1000, 2), "first_command_new_ms": round(ne * 1000, 2),
+            "ratio": round(lo / ne, 2), "full_replay_ms": round(replay_s * 1000, 1),
+            "long_ms": [round(x * 1000, 2) for x in longs], "new_ms": [round(x * 1000, 2) for x in news]}
+
+
+def child_firstcmd(url: str, _: int, chat_int: int) -> dict[str, Any]:
+    """One command (a title change) on a chat in this fresh process: the seconds ``execute`` took."""
+    from commands.handler import command_from_dict, execute
+    from ledger.store import open_app
+
+    app = open_app(url)
+    cmd = command_from_dict({"type": "set_title", "chat_id": str(uuid.UUID(int=chat_int)), "title": "renamed"})
+    t = time.perf_counter()
+    execute(app, cmd)
+    seconds = time.perf_counter() - t
+    app.close()
+    return {"seconds": seconds}
 
 
 # -- command throughput, concurrent writers, view queries -------------------------------------------------
@@ -420,5 +480,5 @@ if __name__ == "__main__":
 
     fn = {"rebuild": child_rebuild, "generate": child_generate, "replay": child_replay,
           "throughput": child_throughput, "concurrent": child_concurrent, "views": child_views,
-          "service": child_service}[kind]
+          "service": child_service, "longchat": child_longchat, "firstcmd": child_firstcmd}[kind]
     print(json.dumps(fn(url, events, *map(int, sys.argv[4:]))))  # type: ignore[operator]

@@ -257,8 +257,16 @@ def test_promotion_without_a_usable_default_is_refused(orgs):
 def test_commands_that_resolve_nothing_do_not_read_the_catalog(orgs):
     chat_id = chat(orgs)["chat_id"]
     loads = []
-    original = orgs.load_cached
+    original, peek = orgs.load_cached, orgs.peek_cached
     orgs.load_cached = lambda *a, **k: loads.append(a) or original(*a, **k)
+
+    def peeked(aggregate_id):  # an optimistic read of the cache (commands.uow): a read too, unless it missed
+        hit, aggregate = peek(aggregate_id)
+        if hit:
+            loads.append((aggregate_id,))
+        return hit, aggregate
+
+    orgs.peek_cached = peeked
     run(orgs, type="acquire", chat_id=chat_id, **W)
     run(orgs, type="commit_step", chat_id=chat_id, messages=[{"role": "assistant", "parts": [{"type": "text", "text": "a"}]}])
     run(orgs, type="send_message", chat_id=chat_id, text="queued")

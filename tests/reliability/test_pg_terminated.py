@@ -34,10 +34,14 @@ def test_commands_while_connections_are_terminated(pg_url: str) -> None:
                                                  "text": "parent"}))["chat_id"]
         outcomes: list[tuple[str, str, str]] = []
         done = threading.Event()
+        kills = [0]
 
         def commands() -> None:
+            # at least 24 commands, and on until connections were terminated under them (a create decided
+            # from memory makes one round trip: 24 of them can end before the first termination)
             try:
-                for i in range(24):
+                i = -1
+                while (i := i + 1) < 24 or (kills[0] < 3 and i < 2000):
                     mark = f"m0x{i}"
                     try:
                         r = execute(app, command_from_dict({"type": "create_chat", "organization_id": ORG,
@@ -56,6 +60,7 @@ def test_commands_while_connections_are_terminated(pg_url: str) -> None:
         killed = 0
         while not done.is_set():
             killed += terminate(pg_url, schema_backends(pg_url))
+            kills[0] = killed
             time.sleep(0.1)
         worker.join(timeout=60)
         assert killed > 0, "no connection was terminated while the commands ran"

@@ -114,3 +114,73 @@ def test_recent_is_bounded() -> None:
     recent.put([A(1), A(2), A(3)])
     assert recent.take(UUID(int=1)) is None
     assert recent.take(UUID(int=3)) is not None and recent.take(UUID(int=3)) is None
+
+
+# -- the same optimism for catalog facts and new streams (commands.uow docstring) -------------------------
+
+def test_a_create_takes_a_new_chat_as_absent_and_the_insert_checks_it(app: ChatLedgerApp, db_url: str,
+                                                                      monkeypatch: Any) -> None:
+    from tests.catalog.kit import chat, org_with
+
+    org_with(app)
+    chat_id = str(UUID(int=0x5EED, version=4))
+    loads = counting_loads(app, monkeypatch)
+    assert chat(app, chat_id=chat_id)["version"] == 1
+    assert UUID(chat_id) not in loads  # no read of the stream the create makes
+    other = open_app(db_url)
+    try:  # another process creates a chat that this one has never seen ...
+        taken = str(UUID(int=0x5EEE, version=4))
+        chat(other, chat_id=taken)
+        keyed = chat(other, idempotency_key="k1")
+    finally:
+        other.close()
+    with pytest.raises(Exception) as err:  # ... the optimistic insert meets it, and the store answers
+        chat(app, chat_id=taken)
+    assert getattr(err.value, "code", None) == "chat_already_exists"
+    assert chat(app, idempotency_key="k1") == keyed  # a repeat, found on the second attempt
+    assert [e.originator_version for e in app.stream(UUID(taken))] == [1]
+
+
+def test_a_stale_cached_catalog_is_caught_by_the_save_and_decided_again(app: ChatLedgerApp, db_url: str) -> None:
+    from tests.catalog.kit import M2, ORG, chat, org_with
+
+    org_with(app)
+    first = chat(app)  # the catalog is now in this process's cache
+    other = open_app(db_url)
+    try:  # another process disables the model this process's cached catalog still allows
+        cmd(other, type="update_model_config", organization_id=ORG, model_config_id=M2, enabled=False)
+    finally:
+        other.close()
+    with pytest.raises(Exception) as err:  # decided first on the stale copy, then on the store's catalog
+        cmd(app, type="send_message", chat_id=first["chat_id"], text="x", model_config_id=M2)
+    assert getattr(err.value, "code", None) == "model_config_invalid"
+    with pytest.raises(Exception) as err:
+        chat(app, model_config_id=M2)
+    assert getattr(err.value, "code", None) == "model_config_invalid"
+
+
+def test_an_absent_deployment_taken_from_the_cache_is_checked(app: ChatLedgerApp, db_url: str,
+                                                               monkeypatch: Any) -> None:
+    from ledger.catalog.state import DEPLOYMENT_ID
+    from ledger.recorders import EXPECTED_VERSIONS
+    from tests.catalog.kit import chat, org_with
+
+    org_with(app)
+    chat(app)  # reads the deployment: none (the cache remembers it absent)
+    other = open_app(db_url)
+    try:
+        cmd(other, type="set_deployment_settings", personal_model_overrides_enabled=True)
+    finally:
+        other.close()
+    seen: list[int] = []
+    real_save = app.save
+
+    def save(*objs: Any, **kw: Any) -> Any:
+        seen.append(kw.get(EXPECTED_VERSIONS, {}).get(DEPLOYMENT_ID, -1))
+        return real_save(*objs, **kw)
+
+    monkeypatch.setattr(app, "save", save)
+    created = chat(app)
+    # decided on "no deployment", refused by the save's check, decided again on the deployment as it is
+    assert seen == [0, app.load(DEPLOYMENT_ID).version] and seen[1] > 0
+    assert created["version"] == 1
