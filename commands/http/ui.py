@@ -97,9 +97,11 @@ async def login_form(next: str | None = None, error: str | None = None) -> Respo
     return page("ui_login.html", None, next=_safe_next(next), error=error, message=message)
 
 
+FORM = Body(media_type=RequestEncodingType.URL_ENCODED)
+
+
 @post("/login", include_in_schema=False, sync_to_thread=True)
-def login(request: Request[Any, Any, Any], data: dict[str, str] = Body(media_type=RequestEncodingType.URL_ENCODED),
-          ) -> Response[Any]:
+def login(request: Request[Any, Any, Any], data: dict[str, str] = FORM) -> Response[Any]:
     secret = (data.get("token") or "").strip()
     target = _safe_next(data.get("next"))
     svc = service(request.app.state)
@@ -167,7 +169,7 @@ def chats(org: UUID, principal: Principal, state: State,
                 continue
         shown.append(row)
     return page("ui_chats.html", principal, org=str(org), rows=shown, status=status or "", q=q or "",
-                statuses=STATUSES.strip("^$()").split("|"), total=len(rows), limit=LIST_LIMIT,
+                statuses=STATUSES.strip("^$()").split("|"), total=len(rows), limit=LIST_LIMIT, scan=SEARCH_SCAN,
                 scan_stopped=bool(needle) and scanned == SEARCH_SCAN)
 
 

@@ -7,13 +7,18 @@ its result and its execution record, watch an event recorded through the API app
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from commands.http.ui import _safe_next, ui_link
+from ledger.audit.render import static_link
 from tests.audit.test_audit_page_browser import CHROMIUM, browser
 from tests.catalog.kit import ALICE, M1, ORG, ORG2
 
@@ -120,6 +125,20 @@ def test_the_cookie_reads_the_api_but_never_writes(world):
         assert c.get("/ui/").status_code == 303 and not c.cookies.get(COOKIE)  # the cookie is gone
     with world.client("admin") as c:
         assert c.get(f"/v1/chats/{world.chat_a}").json()["title"] != "forged"
+
+
+@given(st.text(alphabet=st.sampled_from("/\\:.@?#%ui ehtps"), max_size=24) | st.none())
+def test_after_login_the_form_goes_to_a_ui_page_only(target):
+    went = _safe_next(target)
+    assert went.startswith("/ui/") and not went.startswith("/ui//")
+    assert went == target or went == "/ui/"  # the page asked for, when it is one
+
+
+@given(st.sampled_from(["event", "message", "call", "result", "execution", "turn", "queued"]),
+       st.text(alphabet="abc_-0123456789", min_size=1, max_size=12))
+def test_links_on_the_service_stay_on_the_page_or_go_to_a_ui_page(kind, ident):
+    assert ui_link(kind, ident) == static_link(kind, ident)  # the same anchors as the static page
+    assert ui_link("chat", ident) == f"/ui/chats/{ident}"
 
 
 # -- in a browser --------------------------------------------------------------------------------------------------
