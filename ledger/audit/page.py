@@ -207,7 +207,8 @@ def chat_page(data: dict[str, Any], events: list[Any], settings_at: SettingsAt =
     children = [str(e.child_chat_id) for e in events if isinstance(e, ev.ChildChatCreated)]
     return {
         "kind": "chat", "stream_id": data["stream_id"], "version": data["version"],
-        "title": created.title or "(untitled)", "organization_id": str(created.organization_id),
+        "title": next((e.title for e in reversed(events) if isinstance(e, ev.TitleSet)), created.title) or "(untitled)",
+        "organization_id": str(created.organization_id),
         "owner_id": str(created.owner_id),
         "parent_chat_id": str(created.parent_chat_id) if created.parent_chat_id else None, "children": children,
         "now": rows[-1]["state"] if rows else {}, "now_policy": policy_text(rows[-1]["state"]["policy"]) if rows else "",

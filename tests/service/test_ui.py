@@ -199,6 +199,10 @@ def test_the_pages_in_chromium(world, tmp_path):
                 assert r.json()["ok"], r.text
             page.get_by_text("All twelve passed, live.").wait_for(timeout=30_000)
             assert int(page.locator("#page").get_attribute("data-version")) == before + 1
+            with world.client("alice") as c:  # and the chat's title, as it is now
+                assert c.post("/v1/commands", json={"type": "set_title", "chat_id": chat_id,
+                                                    "title": "Renamed live"}).json()["ok"]
+            page.locator(".card b", has_text="Renamed live").wait_for(timeout=30_000)
             # and the explain link of the timeline opens the explanation
             page.click(f"a[href='/ui/chats/{chat_id}/explain?tool_call=call_t']", strict=False)
             page.wait_for_url("**/explain?tool_call=call_t")
