@@ -151,6 +151,7 @@ def chats(org: UUID, principal: Principal, state: State,
           q: str | None = None) -> Response[str]:
     svc = service(state)
     where = access.chats_filter(principal, org)
+    head = svc.app.head()
     if status:
         where["status"] = status
     backend = views.catch_up_views(svc.app, svc.ledger.backend, ("chat_views",))
@@ -170,16 +171,17 @@ def chats(org: UUID, principal: Principal, state: State,
         shown.append(row)
     return page("ui_chats.html", principal, org=str(org), rows=shown, status=status or "", q=q or "",
                 statuses=STATUSES.strip("^$()").split("|"), total=len(rows), limit=LIST_LIMIT, scan=SEARCH_SCAN,
-                scan_stopped=bool(needle) and scanned == SEARCH_SCAN)
+                scan_stopped=bool(needle) and scanned == SEARCH_SCAN,
+                live={"stream": f"/v1/events/stream?org={org}&after={head}", "types": _live_types(chat_only=True)})
 
 
-def _live_types() -> list[str]:
-    """The event types a chat's stream carries (its own and its tool calls' executions'): the names the
-    page's ``EventSource`` listens to."""
+def _live_types(chat_only: bool = False) -> list[str]:
+    """The event types a chat's stream carries (its own and, unless ``chat_only``, its tool calls'
+    executions'): the names the page's ``EventSource`` listens to."""
     from ledger.chat import events as chat
     from ledger.toolcalls import events as tc
 
-    return sorted(n for mod in (chat, tc) for n, c in vars(mod).items()
+    return sorted(n for mod in ((chat,) if chat_only else (chat, tc)) for n, c in vars(mod).items()
                   if isinstance(c, type) and c.__dict__.get("TOPIC") and c.__module__ == mod.__name__)
 
 
@@ -199,7 +201,7 @@ def chat(chat_id: UUID, principal: Principal, state: State) -> Response[str]:
         return f"/ui/chats/{chat_id}/explain?{what}={quote(str(ident))}"
 
     text = render_page(data, ui_link, template="ui_chat.html", explain=explain, me=principal,
-                       live={"chat": str(chat_id), "after": head, "types": _live_types()})
+                       live={"stream": f"/v1/events/stream?chat={chat_id}&after={head}", "types": _live_types()})
     return html(text)
 
 

@@ -203,6 +203,14 @@ def test_the_pages_in_chromium(world, tmp_path):
                 assert c.post("/v1/commands", json={"type": "set_title", "chat_id": chat_id,
                                                     "title": "Renamed live"}).json()["ok"]
             page.locator(".card b", has_text="Renamed live").wait_for(timeout=30_000)
+            # the chat list follows the organization's stream: a chat created through the API appears
+            page.goto(f"{world.server.base}/ui/")
+            page.locator("#live-status", has_text="live").wait_for()
+            with world.client("alice") as c:
+                assert c.post("/v1/commands", json={"type": "create_chat", "organization_id": ORG, "owner_id": ALICE,
+                                                    "text": "x", "title": "Created while watching"}).json()["ok"]
+            page.locator("#chats td", has_text="Created while watching").wait_for(timeout=30_000)
+            page.goto(f"{world.server.base}/ui/chats/{chat_id}")
             # and the explain link of the timeline opens the explanation
             page.click(f"a[href='/ui/chats/{chat_id}/explain?tool_call=call_t']", strict=False)
             page.wait_for_url("**/explain?tool_call=call_t")
