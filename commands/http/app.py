@@ -1,6 +1,6 @@
 """The ASGI application: ``create_app(url)`` (``chat-ledger serve`` runs it under uvicorn).
 
-Routes: the JSON API (``routes``), the event log and its stream (``stream``), and
+Routes: the JSON API (``routes``), the event log and its stream (``stream``), the web pages (``ui``), and
 ``/openapi.json``, ``/healthz``, ``/readyz``, ``/metrics`` (no token needed for these four). Every error is
 ``{"error": {"code", "message"}}`` with the status of its code (``service.status_of``).
 """
@@ -18,7 +18,7 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 
-from commands.http import routes, stream
+from commands.http import routes, stream, ui
 from commands.http.service import Service, as_error, error_body, status_of
 from commands.metrics import COUNTERS
 from commands.metrics import render as render_metrics
@@ -145,7 +145,7 @@ def create_app(url: str, *, follow: bool = True, poll_interval: float | None = N
             svc.close()
 
     return Litestar(
-        route_handlers=[*routes.ROUTES, *stream.ROUTES, healthz, readyz, metrics, openapi_json],
+        route_handlers=[*routes.ROUTES, *stream.ROUTES, ui.router, healthz, readyz, metrics, openapi_json],
         lifespan=[lifespan],
         exception_handlers={LedgerError: _ledger_error, HTTPException: _http_error, Exception: _other_error},
         openapi_config=OpenAPIConfig(

@@ -41,8 +41,16 @@ def service(state: State) -> Service:
     return state.service  # type: ignore[no-any-return]
 
 
+#: the cookie ``/ui/login`` sets (the token's secret, HttpOnly): accepted instead of the header on ``GET``
+#: only (reads, such as the web page's ``EventSource``), so no other site can make a browser write
+COOKIE = "chat_ledger_token"
+
+
 def _principal(request: Request[Any, Any, Any]) -> Principal:
-    return service(request.app.state).principal(request.headers.get("authorization"))
+    header = request.headers.get("authorization")
+    if header is None and request.method == "GET" and request.cookies.get(COOKIE):
+        header = f"Bearer {request.cookies[COOKIE]}"
+    return service(request.app.state).principal(header)
 
 
 principal_dependency = {"principal": Provide(_principal, sync_to_thread=True)}

@@ -83,7 +83,8 @@ def chat_page(data: dict[str, Any], events: list[Any], settings_at: SettingsAt =
     executions = executions or {}
     names = model_names or {}
     created = events[0]
-    rows = timeline_rows(data)
+    targets = explain_targets(events)
+    rows = [{**r, "explain": targets.get(r["version"], [])} for r in timeline_rows(data)]
     messages = message_rows(events)
     recorded_at = {m.message_id: e.originator_version for e in events for m in (getattr(e, "messages", None) or ())}
     results = {p["tool_call_id"]: m["message_id"] for m in messages for p in m["parts"] if p["type"] == "tool-result"}
@@ -206,7 +207,8 @@ def chat_page(data: dict[str, Any], events: list[Any], settings_at: SettingsAt =
     children = [str(e.child_chat_id) for e in events if isinstance(e, ev.ChildChatCreated)]
     return {
         "kind": "chat", "stream_id": data["stream_id"], "version": data["version"],
-        "title": created.title or "(untitled)", "organization_id": str(created.organization_id),
+        "title": next((e.title for e in reversed(events) if isinstance(e, ev.TitleSet)), created.title) or "(untitled)",
+        "organization_id": str(created.organization_id),
         "owner_id": str(created.owner_id),
         "parent_chat_id": str(created.parent_chat_id) if created.parent_chat_id else None, "children": children,
         "now": rows[-1]["state"] if rows else {}, "now_policy": policy_text(rows[-1]["state"]["policy"]) if rows else "",
@@ -216,6 +218,33 @@ def chat_page(data: dict[str, Any], events: list[Any], settings_at: SettingsAt =
         "ids": shortest_unique(every_id + children + ([str(created.parent_chat_id)] if created.parent_chat_id else [])),
         "model_names": names,
     }
+
+
+def explain_targets(events: list[Any]) -> dict[int, list[tuple[str, str]]]:
+    """Stream version -> what its event can be explained as: ``(what, id)`` with ``what`` one of
+    ``turn``, ``tool_call``, ``queued_message`` (the parameters of ``explain``). A worker's event belongs
+    to the turn in progress; a step's tool calls and a queued prompt's events name their own."""
+    from ledger.chat import events as ev
+    from ledger.chat.values import ToolCallPart
+
+    out: dict[int, list[tuple[str, str]]] = {}
+    turn: str | None = None
+    for e in events:
+        found: list[tuple[str, str]] = []
+        own_turn = getattr(e, "turn_id", None)
+        if own_turn is not None:
+            turn = str(own_turn)
+        if own_turn is not None or isinstance(e, (ev.WorkerEvent, ev.GenerationAttemptRecorded)):
+            found += [("turn", turn)] if turn else []
+        queued = e.prompt.queued_message_id if isinstance(e, ev.PromptQueued) else getattr(e, "queued_message_id", None)
+        if queued is not None:
+            found.append(("queued_message", str(queued)))
+        for m in getattr(e, "messages", None) or ():
+            found += [("tool_call", p.tool_call_id) for p in m.parts if isinstance(p, ToolCallPart)]
+        found += [("tool_call", cid) for cid in getattr(e, "tool_call_ids", None) or ()]
+        if found:
+            out[e.originator_version] = list(dict.fromkeys(found))
+    return out
 
 
 def _named(text: str, names: dict[str, str]) -> str:

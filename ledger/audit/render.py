@@ -4,7 +4,8 @@ Templates (package data under ``ledger/audit/templates/``): ``base.html`` (the l
 scripts, no network assets), ``_macros.html`` (state badges, ids, the timeline, the legend) and one page per
 kind: ``chat.html``, ``catalog.html``, ``conversation.html``. Every link goes through ``link(kind, id)``:
 the static page (``static_link``) uses anchors on the page and relative files for other streams; a server
-passes its own routes. ``short(id)`` shows an id at its shortest unique length on the page.
+passes its own routes, and may pass ``explain(what, id)`` for explain links. ``short(id)`` shows an id at its
+shortest unique length on the page.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from functools import lru_cache
 from typing import Any, Callable
 
 Link = Callable[[str, Any], str]
+#: ``explain(what, id)``: the address of the explanation of a tool call, queued prompt or turn
+Explain = Callable[[str, Any], str]
 
 #: the kinds of ``link``: things on the page (an anchor) and other streams (another page)
 ON_PAGE = ("event", "message", "call", "result", "execution", "turn", "queued")
@@ -42,13 +45,20 @@ def environment() -> Any:
     return env
 
 
-def render_page(page: dict[str, Any], link: Link = static_link, **extra: Any) -> str:
-    """The page for ``page`` (``ledger.audit.page.chat_page`` or ``stream_page`` data)."""
+def render_page(page: dict[str, Any], link: Link = static_link, *, template: str | None = None,
+                explain: Explain | None = None, **extra: Any) -> str:
+    """The page for ``page`` (``ledger.audit.page.chat_page`` or ``stream_page`` data); ``template`` one that
+    extends the kind's page (the service's ``ui_chat.html``), ``explain`` where the explain links go (none on
+    the static page)."""
     from ledger.chat.state import state_legend
 
-    template = {"chat": "chat.html", "catalog": "catalog.html", "conversation": "conversation.html"}.get(
+    template = template or {"chat": "chat.html", "catalog": "catalog.html", "conversation": "conversation.html"}.get(
         page["kind"], "catalog.html")
     ids = page.get("ids") or {}
-    return environment().get_template(template).render(
-        page=page, link=link, short=lambda v: "-" if v is None else ids.get(str(v), str(v)[:8]),
-        legend=state_legend(), **extra)
+    return render(template, page=page, link=link, short=lambda v: "-" if v is None else ids.get(str(v), str(v)[:8]),
+                  legend=state_legend(), explain=explain, **extra)
+
+
+def render(template: str, **context: Any) -> str:
+    """Any template of the set (the service's own pages: lists, models, login, errors)."""
+    return environment().get_template(template).render(**context)

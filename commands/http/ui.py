@@ -1,0 +1,239 @@
+"""The web audit pages at ``/ui/`` (docs/server.md): server-side rendered from the audit page's templates
+(``ledger.audit.render``; the chat page is the static ``audit --html`` page's data and template, with this
+module's ``link`` and ``explain``), read with the same principal and the same ``commands.access`` checks
+as the JSON API's reads.
+
+A browser sends no ``Authorization`` header on navigation, so ``/ui/login`` takes the token's secret in a
+form and sets it as an HttpOnly, SameSite=Strict cookie; every page (and the API's ``GET`` routes, for the
+page's live ``EventSource``) accepts that cookie. Without one a page redirects to the login form; a page of
+another organization is a 403 page with the refusal's code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote, urlencode
+from uuid import UUID
+
+from litestar import Request, Response, Router, get, post
+from litestar.datastructures import State
+from litestar.di import Provide
+from litestar.enums import MediaType, RequestEncodingType
+from litestar.exceptions import HTTPException
+from litestar.params import Body, Parameter
+from litestar.response import Redirect
+
+from commands import access, views
+from commands.access import Principal, Resource, check
+from commands.http.routes import COOKIE, STATUSES, service
+from commands.http.service import status_of
+from commands.metrics import COUNTERS
+from ledger.audit.render import ON_PAGE, anchor, render, render_page
+from ledger.errors import LedgerError
+
+#: chats a search reads the messages of at most (title matches need none); the page says when it stopped
+SEARCH_SCAN = 500
+#: rows a chat list shows at most
+LIST_LIMIT = 200
+EXPLAIN = ("tool_call", "queued_message", "turn")
+
+
+def ui_link(kind: str, ident: Any) -> str:
+    """``link`` of the templates on the service: anchors on the page, another chat's page."""
+    if kind in ON_PAGE:
+        return "#" + anchor(kind, ident)
+    return f"/ui/chats/{ident}"
+
+
+def _cookie_principal(request: Request[Any, Any, Any]) -> Principal:
+    secret = request.cookies.get(COOKIE)
+    return service(request.app.state).principal(f"Bearer {secret}" if secret else None)
+
+
+dependencies = {"principal": Provide(_cookie_principal, sync_to_thread=True)}
+
+
+def html(text: str, status: int = 200) -> Response[str]:
+    return Response(text, media_type=MediaType.HTML, status_code=status,
+                    headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY"})
+
+
+def page(template: str, p: Principal | None, http_status: int = 200, **context: Any) -> Response[str]:
+    return html(render(template, me=p, short=lambda v: "-" if v is None else str(v)[:8], **context), http_status)
+
+
+# -- errors ----------------------------------------------------------------------------------------------------
+
+def _login_redirect(request: Request[Any, Any, Any], code: str | None = None) -> Response[Any]:
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    query = {"next": target, **({"error": code} if code and code != "missing_token" else {})}
+    return Redirect(f"/ui/login?{urlencode(query)}", status_code=303)
+
+
+def ledger_error_page(request: Request[Any, Any, Any], e: LedgerError) -> Response[Any]:
+    COUNTERS.add("chat_ledger_refusals_total", code=e.code)
+    status = status_of(e.code)
+    if status == 401:
+        return _login_redirect(request, e.code)
+    return page("ui_error.html", None, status, status=status, code=e.code, message=e.message)
+
+
+def http_error_page(request: Request[Any, Any, Any], e: HTTPException) -> Response[Any]:
+    code = {404: "route_not_found", 405: "method_not_allowed", 400: "invalid_request"}.get(
+        e.status_code, f"http_{e.status_code}")
+    return ledger_error_page(request, LedgerError(code, str(e.detail)))
+
+
+# -- login -------------------------------------------------------------------------------------------------------
+
+def _safe_next(target: str | None) -> str:
+    """Where to go after logging in: a page of /ui/ only (never another site)."""
+    return target if target and target.startswith("/ui/") and not target.startswith("/ui//") else "/ui/"
+
+
+@get("/login", include_in_schema=False)
+async def login_form(next: str | None = None, error: str | None = None) -> Response[str]:
+    message = access.REFUSALS[error][1] if error in access.REFUSALS else None
+    return page("ui_login.html", None, next=_safe_next(next), error=error, message=message)
+
+
+FORM = Body(media_type=RequestEncodingType.URL_ENCODED)
+
+
+@post("/login", include_in_schema=False, sync_to_thread=True)
+def login(request: Request[Any, Any, Any], data: dict[str, str] = FORM) -> Response[Any]:
+    secret = (data.get("token") or "").strip()
+    target = _safe_next(data.get("next"))
+    svc = service(request.app.state)
+    try:
+        svc.principal(f"Bearer {secret}" if secret else None)
+    except LedgerError as e:
+        COUNTERS.add("chat_ledger_refusals_total", code=e.code)
+        return page("ui_login.html", None, 401, next=target, error=e.code, message=e.message)
+    response: Response[Any] = Redirect(target, status_code=303)
+    response.set_cookie(COOKIE, secret, path="/", httponly=True, samesite="strict",
+                        secure=request.url.scheme == "https")
+    return response
+
+
+@post("/logout", include_in_schema=False)
+async def logout() -> Response[Any]:
+    response: Response[Any] = Redirect("/ui/login", status_code=303)
+    response.delete_cookie(COOKIE, path="/")
+    return response
+
+
+# -- pages -------------------------------------------------------------------------------------------------------
+
+@get("/", include_in_schema=False, sync_to_thread=True, dependencies=dependencies)
+def home(principal: Principal) -> Response[Any]:
+    if principal.org is None:
+        raise access.refusal("not_in_organization")
+    return Redirect(f"/ui/orgs/{principal.org}/chats", status_code=303)
+
+
+def _matches(svc: Any, row: dict[str, Any], needle: str) -> bool | None:
+    """Whether a chat's title or a message's text holds ``needle`` (None: its messages were not read)."""
+    if needle in (row.get("title") or "").lower():
+        return True
+    from commands.queries import chat_events
+    from ledger.chat.views import message_rows
+
+    for m in message_rows(chat_events(svc.app, UUID(row["chat_id"]))):
+        if any(needle in (p.get("text") or "").lower() for p in m["parts"] if p["type"] in ("text", "reasoning")):
+            return True
+    return False
+
+
+@get("/orgs/{org:uuid}/chats", include_in_schema=False, sync_to_thread=True, dependencies=dependencies)
+def chats(org: UUID, principal: Principal, state: State,
+          status: str | None = Parameter(default=None, pattern=STATUSES + "|^$"),
+          q: str | None = None) -> Response[str]:
+    svc = service(state)
+    where = access.chats_filter(principal, org)
+    head = svc.app.head()
+    if status:
+        where["status"] = status
+    backend = views.catch_up_views(svc.app, svc.ledger.backend, ("chat_views",))
+    rows = views.query(backend, "chat_views", "chat_status", where, order_by=["updated_at", "chat_id"])[::-1]
+    needle = (q or "").strip().lower()
+    scanned, shown = 0, []
+    for row in rows:
+        if len(shown) == LIST_LIMIT:
+            break
+        if needle:
+            if needle not in (row.get("title") or "").lower():
+                if scanned == SEARCH_SCAN:
+                    continue
+                scanned += 1
+            if not _matches(svc, row, needle):
+                continue
+        shown.append(row)
+    return page("ui_chats.html", principal, org=str(org), rows=shown, status=status or "", q=q or "",
+                statuses=STATUSES.strip("^$()").split("|"), total=len(rows), limit=LIST_LIMIT, scan=SEARCH_SCAN,
+                scan_stopped=bool(needle) and scanned == SEARCH_SCAN,
+                live={"stream": f"/v1/events/stream?org={org}&after={head}", "types": _live_types(chat_only=True)})
+
+
+def _live_types(chat_only: bool = False) -> list[str]:
+    """The event types a chat's stream carries (its own and, unless ``chat_only``, its tool calls'
+    executions'): the names the page's ``EventSource`` listens to."""
+    from ledger.chat import events as chat
+    from ledger.toolcalls import events as tc
+
+    return sorted(n for mod in ((chat,) if chat_only else (chat, tc)) for n, c in vars(mod).items()
+                  if isinstance(c, type) and c.__dict__.get("TOPIC") and c.__module__ == mod.__name__)
+
+
+@get("/chats/{chat_id:uuid}", include_in_schema=False, sync_to_thread=True, dependencies=dependencies)
+def chat(chat_id: UUID, principal: Principal, state: State) -> Response[str]:
+    from commands.audit_page import page_data
+    from commands.queries import chat_events
+    from ledger.audit.timeline import timeline
+
+    svc = service(state)
+    check(principal, "read", svc.scopes.chat(chat_id))
+    head = svc.app.head()  # before reading: an event after it reaches the page through the stream
+    events = chat_events(svc.app, chat_id)
+    data = page_data(svc.app, chat_id, events, None, timeline(events, None))
+
+    def explain(what: str, ident: Any) -> str:
+        return f"/ui/chats/{chat_id}/explain?{what}={quote(str(ident))}"
+
+    text = render_page(data, ui_link, template="ui_chat.html", explain=explain, me=principal,
+                       live={"stream": f"/v1/events/stream?chat={chat_id}&after={head}", "types": _live_types()})
+    return html(text)
+
+
+@get("/chats/{chat_id:uuid}/explain", include_in_schema=False, sync_to_thread=True, dependencies=dependencies)
+def explain_page(chat_id: UUID, principal: Principal, state: State, tool_call: str | None = None,
+                 queued_message: int | None = Parameter(default=None, ge=0, le=2**62),
+                 turn: str | None = None) -> Response[str]:
+    import json
+
+    from commands.explain import explain
+
+    svc = service(state)
+    check(principal, "read", svc.scopes.chat(chat_id))
+    asked = {"tool_call": tool_call, "queued_message": queued_message, "turn": turn}
+    given = [(k, v) for k, v in asked.items() if v is not None]
+    if len(given) != 1:
+        raise LedgerError("invalid_request", "give exactly one of tool_call, queued_message, turn")
+    report = explain(svc.app, chat_id, **asked)
+    what, ident = given[0]
+    return page("ui_explain.html", principal, chat_id=str(chat_id), what=what.replace("_", " "), ident=str(ident),
+                report=json.dumps(report, indent=2, ensure_ascii=False, default=str),
+                api=f"/v1/chats/{chat_id}/explain?{what}={quote(str(ident))}")
+
+
+@get("/orgs/{org:uuid}/models", include_in_schema=False, sync_to_thread=True, dependencies=dependencies)
+def models(org: UUID, principal: Principal, state: State) -> Response[str]:
+    check(principal, "read", Resource("catalog", org))
+    user = principal.user if principal.role == "member" else None
+    view = service(state).ledger.models(org, user)
+    return page("ui_models.html", principal, org=str(org), view=view)
+
+
+router = Router(path="/ui", route_handlers=[login_form, login, logout, home, chats, chat, explain_page, models],
+                exception_handlers={LedgerError: ledger_error_page, HTTPException: http_error_page},
+                include_in_schema=False)
