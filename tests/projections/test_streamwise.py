@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from commands.handler import command_from_dict, execute
@@ -186,5 +186,6 @@ def test_log_order_catch_up_past_the_state_cache(app: Any, backend: Any, steps: 
     p = renamed(ChatViews, app, uuid.uuid4().hex[:6])
     p.fold.max_streams = 2
     catch_up(app, p, backend, batch_size=batch)
-    assert p.fold.loads > 0  # the fallback ran
+    # the fallback runs only when a chat comes back after the cache dropped it (not on every history)
+    event(f"states read back: {p.fold.loads > 0}")
     assert read_build(backend, p) == replayed_rows(app)["chat_views"]
