@@ -17,8 +17,16 @@ from ledger.store import redact
 @click.command()
 @pass_ctx
 def init(c: Ctx) -> None:
-    """Create the tables (and the PostgreSQL schema) if missing."""
-    c.app  # opening the application creates the tables
+    """Create the tables (and the PostgreSQL schema) if missing; link the streams recorded before hash
+    chains (as ``events rehash`` does)."""
+    from ledger.rehash import rehash, unhashed_rows
+
+    app = c.app  # opening the application creates the tables (and adds the chain column to an old one)
+    if unhashed_rows(app):
+        out = rehash(app)
+        click.echo(f"linked {out['streams']} streams ({out['events']} events) recorded before hash chains"
+                   + (f"; {out['broken']} streams have a broken chain (`events verify` names them)"
+                      if out["broken"] else ""))
     click.echo(f"ledger ready at {redact(c.url)}")
 
 

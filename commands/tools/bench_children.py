@@ -413,8 +413,39 @@ def child_views(url: str, chats: int) -> dict[str, Any]:
     return out
 
 
+def _without_chain() -> None:
+    """This process records no hash chains (the ``chain`` measurement's baseline): the recorders make the
+    events table without the ``chain_hash`` column and insert with the library's statements, as on a ledger
+    made before hash chains that is opened without creating anything."""
+    from eventsourcing.postgres import PostgresApplicationRecorder
+    from eventsourcing.sqlite import SQLiteApplicationRecorder
+
+    from ledger.recorders.postgres import PostgresLedgerRecorder
+    from ledger.recorders.sqlite import SQLiteLedgerRecorder
+
+    def sqlite_create(self: Any) -> None:
+        SQLiteApplicationRecorder.create_table(self)
+        with self.datastore.transaction(commit=True) as c:
+            if self._has_column(c):
+                c.execute(f"ALTER TABLE {self.events_table_name} DROP COLUMN chain_hash")
+        self.chain_column = False
+
+    def pg_create(self: Any) -> None:
+        PostgresApplicationRecorder.create_table(self)
+        with self.datastore.transaction(commit=True) as curs:
+            curs.execute(f'ALTER TABLE "{self.datastore.schema}"."{self.events_table_name}" '
+                         "DROP COLUMN IF EXISTS chain_hash")
+        self._use_chain(False)
+
+    SQLiteLedgerRecorder.create_table = sqlite_create  # type: ignore[method-assign]
+    PostgresLedgerRecorder.create_table = pg_create  # type: ignore[method-assign]
+
+
 if __name__ == "__main__":
     kind, url, events = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    if kind.endswith("_nochain"):
+        _without_chain()
+        kind = kind.removesuffix("_nochain")
     fn = {"rebuild": child_rebuild, "generate": child_generate, "replay": child_replay,
           "throughput": child_throughput, "concurrent": child_concurrent, "views": child_views}[kind]
     print(json.dumps(fn(url, events, *map(int, sys.argv[4:]))))  # type: ignore[operator]
