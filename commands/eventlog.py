@@ -5,7 +5,8 @@
   checks that each projection it knows (``chat_views``, ``conversations``, ``org_models``) equals the fold of
   the streams at the projection's position (or reports its lag), that the rows the streams give past it fit
   the view, and that the view has not stopped at an event it cannot apply. Each anomaly names its stream,
-  version and reason; it checks each stream's hash chain (``ledger.chain``). It works stream by stream: its memory does
+  version and reason; it checks each stream's hash chain (``ledger.chain``) and each chat's tool results
+  against the tool-call executions (``commands.crosscheck``). It works stream by stream: its memory does
   not grow with the log.
 * ``stats`` counts stored events per topic and stored class version.
 * ``export`` writes one JSON line per stored event in notification order; ``import`` records them into an
@@ -25,6 +26,7 @@ from uuid import UUID
 import msgspec
 from eventsourcing.persistence import StoredEvent
 
+from commands.crosscheck import ChatResults, check as cross_check
 from ledger.audit.invariants import check
 from ledger.audit.timeline import aggregate_class, iso
 from ledger.base import TOPICS
@@ -381,8 +383,11 @@ def verify(app: Any, backend: Any = None, projections: list[Any] | None = None,
             chain = chains.stream(sid, notes)
             if chain.broken_at is not None:
                 report(chain.broken_at, chain.broken_nid, "chain", chain.reason)
-            _fold(app, notes, st, report, until=lambda n: snapshot_rows(n.id))
+            results = ChatResults()
+            _fold(app, notes, st, report, until=lambda n: snapshot_rows(n.id), seen=results.add)
             snapshot_rows(None)
+            if not st.broken:
+                cross_check(app, head, results, anomalies.append)
             for i, v in enumerate(views):
                 rows, broken = at[i]
                 v.stream(str(sid), rows, broken)

@@ -25,6 +25,7 @@ from commands.uow import UnitOfWork, run
 from ledger.base import Emitter
 from ledger.chat.aggregate import Chat
 from ledger.errors import LedgerError
+from ledger.policy.tools import ADVISOR
 from ledger.streams import locate
 from ledger.toolcalls import decide as core
 from ledger.toolcalls import events as ev
@@ -32,6 +33,8 @@ from ledger.toolcalls.aggregate import ToolCallExecution
 from ledger.toolcalls.identity import CallFacts, locate_call
 from ledger.toolcalls.state import ToolCallExecutionState, cancel_view
 
+#: tools a chat offers whatever its tool policy (``ledger.policy.tools.offered_tools``): the advisor
+ALWAYS_OFFERED = frozenset({ADVISOR})
 IDEMPOTENCY_KEY_REUSED = ("idempotency_key_reused", "idempotency key was already used by a different command")
 
 
@@ -124,12 +127,13 @@ def _replayed(app: Any, agg: ToolCallExecution, cmd: Command, outputs: Outputs) 
 
 
 def _execute(app: Any, cmd: _ToolCallCommand,
-             decide: Callable[[ToolCallExecutionState | None, Emitter, CallFacts], list[Any]],
+             decide: Callable[[ToolCallExecutionState | None, Emitter, CallFacts, Any], list[Any]],
              outputs: Outputs) -> dict[str, Any]:
+    """``decide(execution state, emitter, call facts, chat state)``."""
     def work(uow: UnitOfWork) -> dict[str, Any]:
         chat = uow.get(cmd.chat_id)
-        facts = locate_call(chat.state if isinstance(chat, Chat) else None, cmd.assistant_message_id,
-                            cmd.tool_call_id)
+        chat_state = chat.state if isinstance(chat, Chat) else None
+        facts = locate_call(chat_state, cmd.assistant_message_id, cmd.tool_call_id)
         stream_id, agg = locate(app, ToolCallExecution, facts.execution_id, uow.get)
         # the execution id a result names is the call's deterministic one (as the chat's views show it),
         # also when a stream of another kind took that id and the execution lives at a derived one
@@ -139,7 +143,7 @@ def _execute(app: Any, cmd: _ToolCallCommand,
             if replay is not None:
                 return {**replay, **named}
         em = emitter(cmd, stream_id, agg.version if agg else 0, uow.now)
-        events = decide(agg.state if agg else None, em, facts)
+        events = decide(agg.state if agg else None, em, facts, chat_state)
         if agg is None:
             agg = uow.create(ToolCallExecution, events)
         else:
@@ -153,20 +157,20 @@ def _execute(app: Any, cmd: _ToolCallCommand,
 
 @handles(ClaimToolCall)
 def claim_tool_call(app: Any, cmd: ClaimToolCall) -> dict[str, Any]:
-    return _execute(app, cmd, lambda s, em, facts: core.claim(
-        s, em, facts, topic=ToolCallExecution.TOPIC, tool_name=cmd.tool_name, input_sha256=cmd.input_sha256),
-        _claim_outputs)
+    return _execute(app, cmd, lambda s, em, facts, chat: core.claim(
+        s, em, facts, topic=ToolCallExecution.TOPIC, tool_name=cmd.tool_name, input_sha256=cmd.input_sha256,
+        policy=chat.hook_allowed_tools, always_allowed=ALWAYS_OFFERED), _claim_outputs)
 
 
 @handles(RecordToolCallResponse)
 def record_tool_call_response(app: Any, cmd: RecordToolCallResponse) -> dict[str, Any]:
     response = ev.ToolCallResponse(status=cmd.status, content_type=cmd.content_type, body=cmd.body)
-    return _execute(app, cmd, lambda s, em, facts: core.record_response(s, em, response), _record_outputs)
+    return _execute(app, cmd, lambda s, em, facts, chat: core.record_response(s, em, response), _record_outputs)
 
 
 @handles(CancelToolCall)
 def cancel_tool_call(app: Any, cmd: CancelToolCall) -> dict[str, Any]:
-    return _execute(app, cmd, lambda s, em, facts: core.cancel(s, em, facts, topic=ToolCallExecution.TOPIC),
+    return _execute(app, cmd, lambda s, em, facts, chat: core.cancel(s, em, facts, topic=ToolCallExecution.TOPIC),
                     _cancel_outputs)
 
 

@@ -9,6 +9,7 @@ Claim (the agent's table, reference 002 §3):
 
 | record | claim |
 |---|---|
+| none, tool not allowed by the chat's policy in force | refused ``tool_not_allowed`` |
 | none | ``run`` (epoch 1) |
 | running or done | ``saved`` (epoch + 1) with the saved response (None while running) |
 | canceled | refused ``tool_call_canceled`` |
@@ -32,6 +33,7 @@ from ledger.toolcalls.errors import (
     TOOL_CALL_NOT_CLAIMED,
     TOOL_CALL_RESPONSE_RECORDED,
     refuse,
+    tool_not_allowed,
 )
 from ledger.toolcalls.identity import CallFacts
 from ledger.toolcalls.state import (
@@ -50,9 +52,15 @@ def _open(em: Emitter, facts: CallFacts, topic: str) -> None:
 
 
 def claim(state: ToolCallExecutionState | None, em: Emitter, facts: CallFacts, *, topic: str,
-          tool_name: str, input_sha256: str | None = None) -> list[Any]:
+          tool_name: str, input_sha256: str | None = None, policy: list[str] | None = None,
+          always_allowed: frozenset[str] = frozenset()) -> list[Any]:
+    """``policy``: the chat's tool policy in force (its ``hook_allowed_tools``; None: every tool);
+    ``always_allowed``: tools offered whatever the policy (the advisor). Only a claim that would run the
+    tool is checked against the policy: a later claim runs nothing (it gets the saved response)."""
     if tool_name != facts.tool_name:
         raise invalid_command(f"tool_name {tool_name!r} does not match the call's tool {facts.tool_name!r}")
+    if state is None and policy is not None and tool_name not in policy and tool_name not in always_allowed:
+        raise tool_not_allowed(tool_name, policy)
     if state is None:
         _open(em, facts, topic)
         em.emit(ev.ToolCallClaimed, claim_epoch=1, outcome="run", input_sha256=input_sha256)

@@ -17,5 +17,11 @@ TOOL_CALL_RESPONSE_RECORDED = (
     "tool_call_response_recorded", "a different response is already recorded for this tool call")
 
 
+def tool_not_allowed(tool_name: str, policy: list[str]) -> LedgerError:
+    allowed = ", ".join(policy) if policy else "no tools"
+    return LedgerError("tool_not_allowed", f"tool {tool_name!r} is not allowed by the chat's tool policy in force "
+                                           f"({allowed}); it will not run")
+
+
 def refuse(error: tuple[str, str]) -> LedgerError:
     return LedgerError(*error)

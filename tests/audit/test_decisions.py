@@ -145,8 +145,11 @@ def test_each_kind_of_tampered_decision_is_named(db_url):
     assert got[("claim", str(execution), 4)] == [{"field": "outcome", "recorded": "run", "redecided": "saved"}]
     assert len(got) == 3
     # (the second run also breaks the execution's invariant, which verify reports on its own)
-    assert [a["reason"] for a in report["anomalies"] if a["check"] not in ("decision", "chain")] == [
+    assert [a["reason"] for a in report["anomalies"] if a["check"] not in ("decision", "chain", "cross_stream")] == [
         "after ToolCallClaimed: claim 2 has outcome run"]
+    # ... and the chat's call ran twice (both streams named)
+    assert [(a["stream_id"], a["execution_id"], a["execution_version"]) for a in report["anomalies"]
+            if a["check"] == "cross_stream"] == [(chat_id, str(execution), 4)]
     # each edited stream's chain breaks at its first edit
     chains = {a["stream_id"]: a["version"] for a in report["anomalies"] if a["check"] == "chain"}
     assert chains == {chat_id: min(promotion.originator_version, retry.originator_version), str(execution): 4}
