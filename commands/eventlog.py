@@ -335,7 +335,7 @@ def verify(app: Any, backend: Any = None, projections: list[Any] | None = None,
     compare the known projections with the fold of the streams at the projections' positions, and report a
     view that stopped at an event; with ``decisions``, re-decide every recorded decision
     (``commands.redecide``)."""
-    chains = LogChains(heads)
+    chains = LogChains(heads, kept=getattr(app.recorder, "datastore", None) is not None)
     anomalies: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
     count = nstreams = 0
