@@ -11,6 +11,7 @@ import click
 from commands.cli.context import Ctx, as_of_options, check_as_of, emit_json, parse_uuid, pass_ctx, print_differences
 from commands.queries import cut_version, stream_events
 from ledger.audit.timeline import timeline
+from ledger.chain import text as chain_text
 
 
 @click.command()
@@ -31,6 +32,7 @@ def audit(c: Ctx, stream_id: str, at_version: int | None, as_of: str | None, as_
     events = stream_events(c.app, sid)
     upto = cut_version(events, at_version, as_of)
     data = timeline(events, upto)
+    data["chain"] = _chain(c.app, sid, upto)
     if html_file:
         from commands.explain import step_settings
         from ledger.audit.html import render
@@ -45,10 +47,19 @@ def audit(c: Ctx, stream_id: str, at_version: int | None, as_of: str | None, as_
             emit_json({"stream_id": data["stream_id"], "aggregate": data["aggregate"], **entry})
         return
     click.echo(f"{data['aggregate']} {data['stream_id']}: {len(data['events'])} events")
+    click.echo(chain_text(data["chain"]))
     for entry in data["events"]:
         click.echo(f"v{entry['version']:<4} {entry['time']}  {entry['type']}")
         click.echo(f"      {entry['summary']}")
         click.echo(f"      -> {_state_line(data['aggregate'], entry['state'])}")
+
+
+def _chain(app: Any, stream_id: Any, upto: int | None) -> dict[str, Any]:
+    """The stream's hash chain status up to the version shown (``ledger.chain``)."""
+    from commands.asof import chat_position
+    from ledger.chain import stream_status
+
+    return stream_status(app, stream_id, chat_position(app, stream_id, upto) if upto is not None else None)
 
 
 def _state_line(kind: str, s: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ from html import escape
 from typing import Any
 
 from ledger.audit.timeline import short
+from ledger.chain import text as chain_text
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#1d2330;background:#f6f7f9}
@@ -54,6 +55,8 @@ def render(data: dict[str, Any], events: list[Any], settings_at: Any = None) -> 
              f"<h1>Audit of {_e(data['aggregate'])} <code>{_e(data['stream_id'])}</code></h1>",
              f"<div class='meta'>{len(entries)} events, version {data['version']}"
              + (f" · {entries[0]['time']} → {entries[-1]['time']}" if entries else "") + "</div>"]
+    if data.get("chain"):  # the stream's hash chain status (``ledger.chain``)
+        parts.append(f"<div class='meta chain'>{_e(chain_text(data['chain']))}</div>")
     if data["aggregate"] == "chat" and entries:
         parts.append(_chat_sections(data, events, last, settings_at))
     parts.append("<h2>Timeline</h2><table><tr><th>v</th><th>time</th><th>event</th><th>summary</th>"

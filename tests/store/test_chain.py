@@ -221,3 +221,30 @@ def test_any_single_change_breaks_the_chain_at_the_changed_event(events, data):
         del notes[k]
     chk = check_stream(notes)
     assert chk.status == "broken" and chk.broken_at == (k + 2 if change == "delete" else k + 1)
+
+
+def test_the_audit_page_and_explain_turn_show_the_chain(db_url, tmp_path):
+    a, b, head = _paris(db_url)
+    raw = RawDB(db_url)
+    out = cli(db_url, "audit", str(a)).output.splitlines()
+    assert out[1].startswith(f"chain: ok (head {raw.hashes(a)[-1].hex()[:12]}… at version {len(raw.rows(a))})")
+    page = tmp_path / "a.html"
+    cli(db_url, "audit", str(a), "--html", str(page))
+    assert "chain: ok (head" in page.read_text()
+    app = open_app(db_url)
+    try:
+        turn = str(app.stream(a)[0].turn_id)
+    finally:
+        app.close()
+    data = json.loads(cli(db_url, "explain", str(a), "--turn", turn, "--json").output)
+    assert data["chain"]["status"] == "ok" and data["chain"]["head"] == raw.hashes(a)[-1].hex()
+    # as of version 2 the chain is shown up to there
+    data = json.loads(cli(db_url, "explain", str(a), "--turn", turn, "--at", "2", "--json").output)
+    assert (data["chain"]["version"], data["chain"]["head"]) == (2, raw.hashes(a)[1].hex())
+    version = _version_of(raw, a, "Paris.")
+    (state,) = [s for v, _, s in raw.rows(a) if v == version]
+    raw.set_state(a, version, state.replace(b"Paris.", b"Berlin"))
+    assert f"chain broken at version {version}:" in cli(db_url, "explain", str(a), "--turn", turn).output
+    cli(db_url, "audit", str(a), "--html", str(page))
+    assert f"chain broken at version {version}:" in page.read_text()
+    assert f"chain broken at version {version}:" in cli(db_url, "audit", str(a)).output
