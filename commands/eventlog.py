@@ -5,7 +5,9 @@
   checks that each projection it knows (``chat_views``, ``conversations``, ``org_models``) equals the fold of
   the streams at the projection's position (or reports its lag), that the rows the streams give past it fit
   the view, and that the view has not stopped at an event it cannot apply. Each anomaly names its stream,
-  version and reason. It works stream by stream: its memory does not grow with the log.
+  version and reason; it checks each stream's hash chain (``ledger.chain``) and each chat's tool results
+  against the tool-call executions (``commands.crosscheck``). It works stream by stream: its memory does
+  not grow with the log.
 * ``stats`` counts stored events per topic and stored class version.
 * ``export`` writes one JSON line per stored event in notification order; ``import`` records them into an
   empty database, keeping streams, versions, order and the exact payload bytes.
@@ -24,13 +26,17 @@ from uuid import UUID
 import msgspec
 from eventsourcing.persistence import StoredEvent
 
+from commands.crosscheck import ChatResults, check as cross_check
 from ledger.audit.invariants import check
 from ledger.audit.timeline import aggregate_class, iso
 from ledger.base import TOPICS
+from ledger.chain import LogChains, link, scan
 from ledger.errors import LedgerError, clip
 
 EXPORT_FORMAT = "chat-ledger-events"
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2
+#: export versions ``import`` reads (1: before hash chains, its lines carry no ``hash``)
+IMPORT_VERSIONS = (1, 2)
 PAGE = 1000
 
 
@@ -138,45 +144,8 @@ CHECKED_VIEWS = {"chat_views": _chat_rows, "conversations": _conversation_rows, 
 
 def stream_order(app: Any, head: int, stream: UUID | None = None, page: int = PAGE) -> Iterator[Any]:
     """The stored events with notification ids up to ``head`` (of one stream, or of all), in the order of the
-    events table's primary key (stream, version): an index-order read, one page at a time."""
-    from eventsourcing.persistence import Notification
-
-    from eventsourcing.sqlite import SQLiteDatastore
-
-    recorder = app.recorder
-    datastore = getattr(recorder, "datastore", None)
-    if datastore is None:  # the in-memory store: its whole log is in memory anyway
-        notes = [n for n in iter_notifications(app, 0, head) if stream is None or _uuid(n.originator_id) == stream]
-        yield from sorted(notes, key=lambda n: (str(_uuid(n.originator_id)), n.originator_version))
-        return
-    if isinstance(datastore, SQLiteDatastore):
-        table, nid, param = recorder.events_table_name, "rowid", "?"
-    else:
-        table = f'"{datastore.schema}"."{recorder.events_table_name}"'
-        nid, param = "notification_id", "%s"
-    select = (f"SELECT {nid} AS nid, originator_id, originator_version, topic, state FROM {table} "
-              f"WHERE {nid} <= {param}")
-    order = f" ORDER BY originator_id, originator_version LIMIT {int(page)}"
-    convert = getattr(recorder, "convert_originator_id", _uuid)
-    first: tuple[Any, ...] = (head,)
-    if stream is not None:
-        select += f" AND originator_id = {param}"
-        first = (head, stream.hex if param == "?" else stream)
-    last: tuple[Any, int] | None = None
-    while True:
-        with datastore.transaction(commit=False) as cur:
-            if last is None:
-                cur.execute(select + order, first)
-            else:
-                cur.execute(select + f" AND (originator_id, originator_version) > ({param}, {param})" + order,
-                            (*first, *last))
-            rows = cur.fetchall()
-        if not rows:
-            return
-        for r in rows:
-            yield Notification(id=r["nid"], originator_id=convert(r["originator_id"]),
-                               originator_version=r["originator_version"], topic=r["topic"], state=bytes(r["state"]))
-        last = (rows[-1]["originator_id"], rows[-1]["originator_version"])
+    events table's primary key (stream, version), with their chain hashes (``ledger.chain.scan``)."""
+    return scan(app, head, stream, page)
 
 
 class _View:
@@ -296,10 +265,11 @@ class _Peek:
         return item
 
 
-def _fold(app: Any, notes: Iterable[Any], st: _Stream, report: Any, until: Any = None) -> None:
+def _fold(app: Any, notes: Iterable[Any], st: _Stream, report: Any, until: Any = None, seen: Any = None) -> None:
     """Decode and apply ``notes`` (one stream, in version order) to ``st``, checking the version sequence and
     the invariants; ``report(version, nid, check, reason)`` gets each anomaly, and a stream that cannot be
-    folded further is marked broken. ``until(note)`` is called before each note (to snapshot rows)."""
+    folded further is marked broken. ``until(note)`` is called before each note (to snapshot rows),
+    ``seen(note, event)`` after each event applied."""
     for n in notes:
         if until is not None:
             until(n)
@@ -327,6 +297,8 @@ def _fold(app: Any, notes: Iterable[Any], st: _Stream, report: Any, until: Any =
             continue
         st.version = n.originator_version
         st.timestamp = event.timestamp
+        if seen is not None:
+            seen(n, event)
         for reason in check(st.state, event, st.memo):
             report(n.originator_version, n.id, "invariant", f"after {type(event).__name__}: {reason}")
 
@@ -357,10 +329,13 @@ def _streams(notes: Iterator[Any]) -> Iterator[tuple[UUID, list[Any]]]:
 
 
 def verify(app: Any, backend: Any = None, projections: list[Any] | None = None,
-           decisions: bool = False) -> dict[str, Any]:
-    """Decode, replay and check every stored event, stream by stream; compare the known projections with
-    the fold of the streams at the projections' positions, and report a view that stopped at an event; with
-    ``decisions``, re-decide every recorded decision (``commands.redecide``)."""
+           decisions: bool = False, heads: bool = False) -> dict[str, Any]:
+    """Decode, replay and check every stored event, stream by stream, and each stream's hash chain
+    (``ledger.chain``: the first break, the digest of the log and, with ``heads``, every stream's head);
+    compare the known projections with the fold of the streams at the projections' positions, and report a
+    view that stopped at an event; with ``decisions``, re-decide every recorded decision
+    (``commands.redecide``)."""
+    chains = LogChains(heads, kept=getattr(app.recorder, "datastore", None) is not None)
     anomalies: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
     count = nstreams = 0
@@ -405,8 +380,14 @@ def verify(app: Any, backend: Any = None, projections: list[Any] | None = None,
                                 if not st.broken and isinstance(st.state, v.state_type) else None)
                         at[i] = (rows, st.broken)
 
-            _fold(app, notes, st, report, until=lambda n: snapshot_rows(n.id))
+            chain = chains.stream(sid, notes)
+            if chain.broken_at is not None:
+                report(chain.broken_at, chain.broken_nid, "chain", chain.reason)
+            results = ChatResults()
+            _fold(app, notes, st, report, until=lambda n: snapshot_rows(n.id), seen=results.add)
             snapshot_rows(None)
+            if not st.broken:
+                cross_check(app, head, results, anomalies.append)
             for i, v in enumerate(views):
                 rows, broken = at[i]
                 v.stream(str(sid), rows, broken)
@@ -414,7 +395,10 @@ def verify(app: Any, backend: Any = None, projections: list[Any] | None = None,
                     v.storable(str(sid), v.rows_of(sid, st, end_deployment), st.version)
         for v in views:
             v.finish()
-    report: dict[str, Any] = {}
+    unhashed = chains.unhashed_anomaly()
+    if unhashed is not None:
+        anomalies.append(unhashed)
+    report: dict[str, Any] = {"chain": chains.report(head)}
     if decisions:
         from commands.redecide import check_decisions
 
@@ -465,12 +449,13 @@ def export_lines(app: Any, since: int = 0) -> Iterator[bytes]:
     (msgpack, compressed or encrypted) is kept as ``b64``. Both give back the exact stored bytes. ``prev``
     is the notification id of the event exported before this one (``since`` for the first): notification
     ids may skip numbers (a PostgreSQL sequence does, after a rolled-back insert), so a line missing from
-    the file shows only through ``prev``."""
+    the file shows only through ``prev``. ``hash`` is the event's stored chain hash (hex; absent when the
+    event has none: recorded before hash chains)."""
     enc = msgspec.json.Encoder()
     head = app.head()
     yield enc.encode({"format": EXPORT_FORMAT, "version": EXPORT_VERSION, "since": since, "head": head})
     prev = since
-    for n in iter_notifications(app, since, head):
+    for n in scan(app, head, after=since, by_notification=True):
         line: dict[str, Any] = {"id": n.id, "prev": prev, "stream": str(_uuid(n.originator_id)),
                                 "version": n.originator_version, "topic": n.topic}
         data = bytes(n.state)
@@ -484,6 +469,8 @@ def export_lines(app: Any, since: int = 0) -> Iterator[bytes]:
             line["json"] = text
         else:
             line["b64"] = base64.b64encode(data).decode("ascii")
+        if n.chain_hash is not None:
+            line["hash"] = n.chain_hash.hex()
         prev = n.id
         yield enc.encode(line)
 
@@ -503,6 +490,7 @@ class _Line(msgspec.Struct, forbid_unknown_fields=True):
     prev: int | None = None
     json: str | None = None
     b64: str | None = None
+    hash: str | None = None
 
 
 def invalid_export(number: int | None, reason: str) -> LedgerError:
@@ -552,6 +540,7 @@ def _validate(app: Any, lines: Any, spool: Any) -> int:
     decoder = msgspec.json.Decoder(_Line)
     header: _Header | None = None
     versions: dict[UUID, int] = {}
+    chains: dict[UUID, bytes | None] = {}  # each stream's last hash, as the import will record it
     last_id = 0
     chained: bool | None = None
     count = 0
@@ -614,6 +603,7 @@ def _validate(app: Any, lines: Any, spool: Any) -> int:
         if not creates and line.version == 1:
             raise invalid_export(number, f"stream {line.stream} starts with {line.topic}, not with a creation event")
         versions[line.stream] = line.version
+        chains[line.stream] = _chained(number, line, data, chains.get(line.stream))
         record = _record_encoder.encode((line.stream.bytes, line.version, line.topic, data))
         spool.write(_LENGTH.pack(len(record)))
         spool.write(record)
@@ -626,6 +616,16 @@ def _validate(app: Any, lines: Any, spool: Any) -> int:
     return count
 
 
+def _chained(number: int, line: _Line, data: bytes, prev: bytes | None) -> bytes | None:
+    """The line's chain hash as the import records it; a line's ``hash`` must be that one."""
+    expected = link(prev, line.topic, line.version, data)
+    if line.hash is not None and line.hash != (expected.hex() if expected else None):
+        raise invalid_export(number, f"stream {line.stream} version {line.version}: hash {line.hash[:16]}… is not "
+                                     "the chain hash of its topic, version and payload after the stream's line "
+                                     "before (this line or an earlier one of the stream was changed)")
+    return expected
+
+
 def _header(number: int, raw: bytes) -> _Header:
     try:
         header = msgspec.json.decode(raw, type=_Header)
@@ -633,7 +633,7 @@ def _header(number: int, raw: bytes) -> _Header:
         raise invalid_export(number, f"not a chat-ledger export header: {clip(str(e) or 'nested too deeply')}") from None
     if header.format != EXPORT_FORMAT:
         raise invalid_export(number, "not a chat-ledger export header")
-    if header.version != EXPORT_VERSION:
+    if header.version not in IMPORT_VERSIONS:
         raise invalid_export(number, f"unsupported export version {header.version!r}")
     if header.since != 0:
         raise invalid_export(number, f"a partial export (since notification {header.since}) cannot be imported: "

@@ -5,7 +5,9 @@ facts (``ledger.audit.explain``) as of a chat version, with every other stream a
 folded to the notification id of the chat's event at that version, and a step whose attempt recorded no
 settings gets them resolved from the catalog and the deployment as of the step's own position (never
 today's). ``--with-current-settings`` adds what today's facts give — each step's settings, the promotion's
-model resolution, the execution record — and the differences.
+model resolution, the execution record — and the differences. ``--turn`` adds the chat stream's hash
+chain status up to the version shown (``chain``; a line ``chain: ok (head …)`` / ``chain broken at
+version N: …``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from commands.next_action import advisor_bodies, settings_report
 from commands.queries import chat_events, cut_version
 from commands.redecide import resolution_rule
 from commands.toolcalls import load_execution
-from ledger import positions
+from ledger import chain, positions
 from ledger.audit import redecide as rd
 from ledger.audit.explain import explain_queued, explain_tool_call, explain_turn
 from ledger.base import fast_project
@@ -71,6 +73,9 @@ def explain(app: Any, chat_id: UUID, *, tool_call: str | None = None, queued_mes
     else:
         data = explain_turn(events, turn, _settings_at(app, reader, chat_id, events),  # type: ignore[arg-type]
                             _settings_now(reader, events) if with_current_settings else None)
+        # the chat stream's hash chain up to the version shown (``ledger.chain``)
+        data["chain"] = chain.stream_status(app, chat_id, position)
+        data["explanation"].append(chain.text(data["chain"]))
     data["facts_as_of"] = {"chat_version": version if version is not None else events[-1].originator_version,
                            "notification_id": position}
     return data

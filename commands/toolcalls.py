@@ -7,7 +7,8 @@ answer on the execution stream. Only the execution stream is written, so concurr
 race on one stream: the first save wins and every other attempt is re-decided and gets ``saved``.
 
 Every result has the execution's fields (``execution_row``) plus the command's outputs:
-``claim_tool_call`` -> ``outcome`` (``run`` | ``saved``); ``record_tool_call_response`` -> ``recorded``;
+``claim_tool_call`` -> ``outcome`` (``run`` | ``saved`` | ``timed_out``), ``remaining_ms``;
+``record_tool_call_response`` -> ``recorded``;
 ``cancel_tool_call`` -> ``recorded``, ``received``, ``outcome``, ``result``, ``is_error``.
 A repeat carrying an ``idempotency_key`` already recorded on the execution stream returns the first
 result, rebuilt from the stream as it was then, and records nothing.
@@ -24,14 +25,18 @@ from commands.base import Command, check_repeat, emitter, handles
 from commands.uow import UnitOfWork, run
 from ledger.base import Emitter
 from ledger.chat.aggregate import Chat
-from ledger.errors import LedgerError
+from ledger.audit.timeline import iso
+from ledger.errors import LedgerError, invalid_command
+from ledger.policy.tools import ADVISOR
 from ledger.streams import locate
 from ledger.toolcalls import decide as core
 from ledger.toolcalls import events as ev
 from ledger.toolcalls.aggregate import ToolCallExecution
-from ledger.toolcalls.identity import CallFacts, locate_call
-from ledger.toolcalls.state import ToolCallExecutionState, cancel_view
+from ledger.toolcalls.identity import CallFacts, call_resolved, locate_call
+from ledger.toolcalls.state import UNKNOWN_OUTCOME_BODY, ToolCallExecutionState, cancel_view
 
+#: tools a chat offers whatever its tool policy (``ledger.policy.tools.offered_tools``): the advisor
+ALWAYS_OFFERED = frozenset({ADVISOR})
 IDEMPOTENCY_KEY_REUSED = ("idempotency_key_reused", "idempotency key was already used by a different command")
 
 
@@ -47,18 +52,22 @@ class ClaimToolCall(_ToolCallCommand, tag="claim_tool_call", kw_only=True):
 
     tool_name: str
     input_sha256: str | None = None
+    timeout_ms: int | None = None
 
 
 class RecordToolCallResponse(_ToolCallCommand, tag="record_tool_call_response", kw_only=True):
-    """Save the run's response (once; an identical repeat records nothing)."""
+    """Save the run's response (once; an identical repeat records nothing). ``outcome: unknown``: the
+    runner's handler crashed; ``status``/``body`` default to a 500 saying the outcome is unknown."""
 
-    status: int
-    body: str
+    status: int | None = None
+    body: str | None = None
     content_type: str = "application/json"
+    outcome: str = "completed"
 
 
 class CancelToolCall(_ToolCallCommand, tag="cancel_tool_call", kw_only=True):
-    """Cancel the call: no claim runs it afterwards. The outcome is the truthful result to commit."""
+    """Cancel the call (``execute``, ``edit_files``, ``write_file`` only; not once the chat has its
+    result): no claim runs it afterwards. The outcome is the truthful result to commit."""
 
 
 # -- results --------------------------------------------------------------------------------------------
@@ -73,7 +82,12 @@ def execution_row(s: ToolCallExecutionState) -> dict[str, Any]:
         "status": s.status,
         "claim_epoch": s.claim_epoch,
         "input_sha256": s.input_sha256,
+        "first_claimed_at": iso(s.first_claimed_at) if s.first_claimed_at is not None else None,
+        "timeout_ms": s.timeout_ms,
+        "deadline_at": iso(s.deadline_at) if s.deadline_at is not None else None,
         "response": msgspec.to_builtins(s.response) if s.response is not None else None,
+        "response_outcome": s.response_outcome,
+        "wall_duration_ms": s.wall_duration_ms,
         "canceled": s.canceled,
         "cancel": cancel_view(s),
         "version": s.version,
@@ -88,7 +102,8 @@ def _of(events: Sequence[Any], cls: type) -> Any:
 
 
 def _claim_outputs(events: Sequence[Any], state: ToolCallExecutionState) -> dict[str, Any]:
-    return {"outcome": _of(events, ev.ToolCallClaimed).outcome}
+    claimed = _of(events, ev.ToolCallClaimed)
+    return {"outcome": claimed.outcome, "remaining_ms": claimed.remaining_ms}
 
 
 def _record_outputs(events: Sequence[Any], state: ToolCallExecutionState) -> dict[str, Any]:
@@ -124,12 +139,13 @@ def _replayed(app: Any, agg: ToolCallExecution, cmd: Command, outputs: Outputs) 
 
 
 def _execute(app: Any, cmd: _ToolCallCommand,
-             decide: Callable[[ToolCallExecutionState | None, Emitter, CallFacts], list[Any]],
+             decide: Callable[[ToolCallExecutionState | None, Emitter, CallFacts, Any], list[Any]],
              outputs: Outputs) -> dict[str, Any]:
+    """``decide(execution state, emitter, call facts, chat state)``."""
     def work(uow: UnitOfWork) -> dict[str, Any]:
         chat = uow.get(cmd.chat_id)
-        facts = locate_call(chat.state if isinstance(chat, Chat) else None, cmd.assistant_message_id,
-                            cmd.tool_call_id)
+        chat_state = chat.state if isinstance(chat, Chat) else None
+        facts = locate_call(chat_state, cmd.assistant_message_id, cmd.tool_call_id)
         stream_id, agg = locate(app, ToolCallExecution, facts.execution_id, uow.get)
         # the execution id a result names is the call's deterministic one (as the chat's views show it),
         # also when a stream of another kind took that id and the execution lives at a derived one
@@ -139,7 +155,7 @@ def _execute(app: Any, cmd: _ToolCallCommand,
             if replay is not None:
                 return {**replay, **named}
         em = emitter(cmd, stream_id, agg.version if agg else 0, uow.now)
-        events = decide(agg.state if agg else None, em, facts)
+        events = decide(agg.state if agg else None, em, facts, chat_state)
         if agg is None:
             agg = uow.create(ToolCallExecution, events)
         else:
@@ -153,21 +169,27 @@ def _execute(app: Any, cmd: _ToolCallCommand,
 
 @handles(ClaimToolCall)
 def claim_tool_call(app: Any, cmd: ClaimToolCall) -> dict[str, Any]:
-    return _execute(app, cmd, lambda s, em, facts: core.claim(
-        s, em, facts, topic=ToolCallExecution.TOPIC, tool_name=cmd.tool_name, input_sha256=cmd.input_sha256),
-        _claim_outputs)
+    return _execute(app, cmd, lambda s, em, facts, chat: core.claim(
+        s, em, facts, topic=ToolCallExecution.TOPIC, tool_name=cmd.tool_name, input_sha256=cmd.input_sha256,
+        policy=chat.hook_allowed_tools, always_allowed=ALWAYS_OFFERED, timeout_ms=cmd.timeout_ms), _claim_outputs)
 
 
 @handles(RecordToolCallResponse)
 def record_tool_call_response(app: Any, cmd: RecordToolCallResponse) -> dict[str, Any]:
-    response = ev.ToolCallResponse(status=cmd.status, content_type=cmd.content_type, body=cmd.body)
-    return _execute(app, cmd, lambda s, em, facts: core.record_response(s, em, response), _record_outputs)
+    unknown = cmd.outcome == "unknown"
+    if not unknown and (cmd.status is None or cmd.body is None):
+        raise invalid_command("record_tool_call_response needs status and body (or outcome: unknown)")
+    response = ev.ToolCallResponse(status=cmd.status if cmd.status is not None else 500,
+                                   content_type=cmd.content_type,
+                                   body=cmd.body if cmd.body is not None else UNKNOWN_OUTCOME_BODY)
+    return _execute(app, cmd, lambda s, em, facts, chat: core.record_response(s, em, response, cmd.outcome),
+                    _record_outputs)
 
 
 @handles(CancelToolCall)
 def cancel_tool_call(app: Any, cmd: CancelToolCall) -> dict[str, Any]:
-    return _execute(app, cmd, lambda s, em, facts: core.cancel(s, em, facts, topic=ToolCallExecution.TOPIC),
-                    _cancel_outputs)
+    return _execute(app, cmd, lambda s, em, facts, chat: core.cancel(
+        s, em, facts, topic=ToolCallExecution.TOPIC, resolved=call_resolved(chat, facts)), _cancel_outputs)
 
 
 # -- reads ----------------------------------------------------------------------------------------------

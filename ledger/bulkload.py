@@ -10,7 +10,8 @@ import and a writer cannot interleave.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator, Sequence
 
 from eventsourcing.persistence import StoredEvent
 
@@ -55,22 +56,29 @@ def _postgres(recorder: Any, chunks: Iterable[Sequence[StoredEvent]]) -> int:
 
 def _sqlite(recorder: Any, chunks: Iterable[Sequence[StoredEvent]]) -> int:
     total = 0
-    datastore = recorder.datastore
+    with sqlite_write_locked(recorder.datastore) as cursor:  # the emptiness check stays true until commit
+        if recorder._max_notification_id(cursor):
+            raise StoreNotEmpty
+        for chunk in chunks:
+            if chunk:
+                recorder._insert_events(cursor, chunk)
+                total += len(chunk)
+    return total
+
+
+@contextmanager
+def sqlite_write_locked(datastore: Any) -> Iterator[Any]:
+    """A cursor in a SQLite transaction that took the write lock first (``BEGIN IMMEDIATE``): committed
+    when the block ends, rolled back when it raises."""
     conn = datastore.pool.get_connection(is_writer=True)
     try:
         cursor = conn.cursor()
-        cursor.execute("BEGIN IMMEDIATE")  # the write lock first: the emptiness check stays true until commit
+        cursor.execute("BEGIN IMMEDIATE")
         try:
-            if recorder._max_notification_id(cursor):
-                raise StoreNotEmpty
-            for chunk in chunks:
-                if chunk:
-                    recorder._insert_events(cursor, chunk)
-                    total += len(chunk)
+            yield cursor
         except BaseException:
             conn.rollback()
             raise
         conn.commit()
     finally:
         datastore.pool.put_connection(conn)
-    return total

@@ -18,12 +18,20 @@ from ledger.store import redact
 @json_flag
 @pass_ctx
 def init(c: Ctx, as_json: bool) -> None:
-    """Create the tables (and the PostgreSQL schema) if missing."""
-    c.app  # opening the application creates the tables
+    """Create the tables (and the PostgreSQL schema) if missing; link the streams recorded before hash
+    chains (as ``events rehash`` does)."""
+    from ledger.rehash import rehash, unhashed_rows
+
+    app = c.app  # opening the application creates the tables (and adds the chain column to an old one)
+    linked = rehash(app) if unhashed_rows(app) else None
     if as_json:
-        emit_json({"ready": True, "db": redact(c.url)})
-    else:
-        click.echo(f"ledger ready at {redact(c.url)}")
+        emit_json({"ready": True, "db": redact(c.url), "linked": linked})
+        return
+    if linked is not None:
+        click.echo(f"linked {linked['streams']} streams ({linked['events']} events) recorded before hash chains"
+                   + (f"; {linked['broken']} streams have a broken chain (`events verify` names them)"
+                      if linked["broken"] else ""))
+    click.echo(f"ledger ready at {redact(c.url)}")
 
 
 # -- apply ---------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ PROGRESS_THRESHOLD = 2000
 #: creates the ledger (it may still create view tables beside an existing one, when it catches them up).
 CREATING_COMMANDS = frozenset({
     ("init",), ("apply",), ("demo",), ("simulate",), ("chat",), ("catalog",), ("deployment",),
-    ("events", "import"),
+    ("events", "import"), ("events", "rehash"),
     *(("conversation", name) for name in (
         "start", "arrive", "begin", "stage", "steer", "commit-steer", "complete", "fail", "restart", "recover")),
     ("projections", "catch-up"), ("projections", "rebuild"), ("projections", "follow"),

@@ -1,4 +1,5 @@
-"""``chat-ledger events verify|stats|export|import`` (``commands.eventlog`` does the work)."""
+"""``chat-ledger events verify|stats|export|import|rehash`` (``commands.eventlog`` and ``ledger.rehash`` do
+the work)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ from typing import Any
 import click
 
 from commands import views
-from commands.cli.context import Ctx, emit_json, json_lines_flag, json_option, pass_ctx, print_rows
+from commands.cli.context import Ctx, emit_json, json_flag, json_lines_flag, json_option, pass_ctx, print_rows
 from commands.eventlog import export_lines, import_lines, stats, verify
 
 
 @click.group()
 def events() -> None:
-    """Stored events: verify, stats, export, import."""
+    """Stored events: verify, stats, export, import, rehash."""
 
 
 @events.command("verify")
@@ -26,7 +27,8 @@ def events() -> None:
 def events_verify(c: Ctx, as_json: bool, no_projections: bool, decisions: bool) -> None:
     """Decode and replay every stored event, check invariants and projections; exit 1 on any anomaly."""
     backend = None if no_projections else c.backend
-    report = verify(c.app, backend, None if no_projections else views.all_projections(c.app), decisions=decisions)
+    report = verify(c.app, backend, None if no_projections else views.all_projections(c.app), decisions=decisions,
+                    heads=as_json)
     if as_json:
         emit_json(report)
     else:
@@ -35,6 +37,9 @@ def events_verify(c: Ctx, as_json: bool, no_projections: bool, decisions: bool) 
         for a in report["anomalies"]:
             where = f" notification {a['notification_id']}" if a.get("notification_id") else ""
             click.echo(f"  stream {a['stream_id']} version {a['version']}{where}: [{a['check']}] {a['reason']}")
+        ch = report["chain"]
+        click.echo(f"  chain: {ch['streams'] - ch['broken'] - ch['unhashed']} of {ch['streams']} streams linked, "
+                   f"{ch['broken']} broken, {ch['unhashed']} unhashed; digest {ch['digest']}")
         for p in report["projections"]:
             click.echo(f"  projection {p['projection']}: {p['result']}"
                        + (f", position {p['position']}, lag {p['lag']}, {p['rows_compared']} rows compared"
@@ -90,3 +95,20 @@ def events_import(c: Ctx, file: Any, as_json: bool) -> None:
         emit_json({"imported": n})
     else:
         click.echo(f"imported {n} events")
+
+
+@events.command("rehash")
+@json_flag
+@pass_ctx
+def events_rehash(c: Ctx, as_json: bool) -> None:
+    """Give the streams recorded before hash chains their chains (streams with hashes are never rewritten)."""
+    from ledger.rehash import rehash
+
+    out = rehash(c.app)
+    if as_json:
+        emit_json(out)
+    else:
+        click.echo(f"linked {out['streams']} streams ({out['events']} events) of {out['checked']}"
+                   + (f"; {out['broken']} streams have a broken chain, left as they are (`events verify` names them)"
+                      if out["broken"] else ""))
+    sys.exit(1 if out["broken"] else 0)

@@ -12,13 +12,17 @@
   (``commands.tools.bench_service``);
 * longchat: the first command on a 50,000-event chat in a fresh process (from its latest snapshot) vs the
   first command on a new chat in a fresh process (target <= 2x), and the long chat's full replay;
+* chain: the cost of the hash chains: the throughput workload's commands through the handler into a ledger
+  with hash chains and one without (the column dropped), interleaved chunk by chunk in one process, and a
+  rebuild of the chat views of 5x as many generated events in each (best of 3, alternating); ratios
+  (without / with: 1.0 = no cost);
 * views: 100,000 small chats, the chat views caught up, then p50/p99 latency of ``backend.query`` as the
   CLI's ``status`` (by chat, by organization) and ``unresolved`` run it.
 
 ``--quick`` runs every measurement at toy sizes (a smoke test: its figures mean nothing).
 
 Each measurement runs in a fresh process (so peak RSS is the rebuild's own) on its own database: a new
-SQLite file or a new PostgreSQL schema, dropped afterwards. 
+SQLite file or a new PostgreSQL schema, dropped afterwards.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import click
 from commands.tools.bench_children import _drop, _fresh_url, _sibling
 
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
-KINDS = ("replay", "rebuild", "throughput", "concurrent", "views", "service", "longchat")
+KINDS = ("replay", "rebuild", "throughput", "concurrent", "views", "service", "longchat", "chain")
 
 
 def _in_child(kind: str, url: str, events: int, *extra: str) -> dict[str, Any]:
@@ -98,6 +102,8 @@ def run_bench(backends: list[str], pg_url: str, rebuild_events: int, small_event
                         if kind in ("throughput", "service"):
                             for tag in ("h2", "s1", "s2", "inproc"):
                                 _drop(_sibling(url, tag))
+            if "chain" in only:
+                r["chain"] = _chain_cost(backend, pg_url, tmp, throughput_commands)
             results["backends"][backend] = r
     return results
 
@@ -131,6 +137,17 @@ def _in_streamwise(kind: str, url: str, *extra: str) -> dict[str, Any]:
     if out.returncode != 0:
         raise RuntimeError(f"bench {kind} failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _chain_cost(backend: str, pg_url: str, tmp: str, commands: int) -> dict[str, Any]:
+    """Command throughput and a rebuild with hash chains and without, interleaved in one child
+    (``bench_children.child_chain``)."""
+    url = _fresh_url(backend, pg_url, tmp)
+    try:
+        return _in_child("chain", url, commands)
+    finally:
+        for u in (url, *(_sibling(url, tag) for tag in ("nochain", "rh", "ru"))):
+            _drop(u)
 
 
 def print_table(results: dict[str, Any]) -> None:
@@ -180,6 +197,13 @@ def print_table(results: dict[str, Any]) -> None:
             label = f"1st cmd, {x['events']:,}-ev chat vs new (ms)"
             click.echo(f"{backend:<9} {label:<34} {x['first_command_long_ms']:>16,.1f} "
                        f"{x['first_command_new_ms']:>16,.1f} {x['ratio']:>7.2f} {'<=2x':>7}")
+        if "chain" in r:
+            x = r["chain"]
+            click.echo(f"{backend:<9} {'commands, chains vs none (cmd/s)':<34} {x['commands_per_s']['hashed']:>16,} "
+                       f"{x['commands_per_s']['unhashed']:>16,} {x['command_throughput_ratio']:>7.2f} {'':>7}")
+            click.echo(f"{backend:<9} {'rebuild ' + format(x['rebuild_events'], ',') + ' ev, chains vs none (s)':<34} "
+                       f"{x['rebuild_s']['hashed']:>16} {x['rebuild_s']['unhashed']:>16} {x['rebuild_ratio']:>7.2f} "
+                       f"{'':>7}")
         if "concurrent" in r:
             x = r["concurrent"]
             for mode in ("distinct", "contended"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
 import msgspec
@@ -13,6 +14,12 @@ from ledger.chat.state import ChatState, active
 from ledger.policy.generation import NextAction, unresolved_calls
 from ledger.policy.retry import retry_decision
 from ledger.policy.tools import ADVISOR, advisor_result
+from commands.toolcalls import load_execution
+from ledger.toolcalls.identity import locate_call
+from ledger.toolcalls.state import CANCELABLE_TOOLS, UNKNOWN_OUTCOME_BODY, response_result
+
+#: the timeout a simulated runner gives its first claim of a call (counted from that claim)
+TOOL_TIMEOUT_MS = 600_000
 
 
 class WorkerRole:
@@ -147,8 +154,9 @@ class WorkerRole:
         results: list[dict[str, Any]] = []
         remaining_advice = na.advisor.remaining_uses
         for i, call in enumerate(na.calls):
+            crashed = False
             ids = dict(chat_id=c.chat_id, assistant_message_id=amid, tool_call_id=call.tool_call_id)
-            claim = self.cmd("claim_tool_call", **ids, tool_name=call.tool_name)
+            claim = self.cmd("claim_tool_call", **ids, tool_name=call.tool_name, timeout_ms=TOOL_TIMEOUT_MS)
             if claim is None:
                 return
             self.stats[f"claim:{claim['outcome']}"] += 1
@@ -174,8 +182,19 @@ class WorkerRole:
                 failed = rng.random() < 0.1
                 status = 500 if failed else 200
                 body = {"error": "permission denied"} if failed else {"ok": True, "tool": call.tool_name, "n": i}
-            text = json.dumps(body, sort_keys=True)
-            self.cmd("record_tool_call_response", **ids, status=status, body=text)
+                # now and then the runner's handler crashes: it saves the "outcome is unknown" 500, which is
+                # the result (drawn apart, from the seed and the command count: the main random sequence stays as it was)
+                crashed = random.Random(f"{self.seed}/{self.commands}/{call.tool_call_id}").random() < 0.03
+            if crashed:
+                self.stats["unknown_outcomes"] += 1
+                saved = self.cmd("record_tool_call_response", **ids, outcome="unknown")
+                status, text = 500, UNKNOWN_OUTCOME_BODY
+                body = json.loads(text)
+                if saved is not None and saved["response_outcome"] != "unknown":
+                    self.anomalies.append(f"{c.chat_id}: the unknown outcome of {call.tool_call_id} was lost")
+            else:
+                text = json.dumps(body, sort_keys=True)
+                self.cmd("record_tool_call_response", **ids, status=status, body=text)
             if rng.random() < 0.05:  # the worker restarts and claims again: the saved response, no second run
                 again = self.cmd("claim_tool_call", **ids, tool_name=call.tool_name)
                 self.stats["reclaims"] += 1
@@ -188,14 +207,25 @@ class WorkerRole:
                                                        "is_error": status >= 400}]})
         self.cmd("commit_step", chat_id=c.chat_id, fence=self._fence, messages=results)
         if rng.random() < 0.02 and results:
-            # a late claim of a call whose result is committed and canceled afterwards is refused
+            # a cancel of a call whose result is committed is refused (only the three acting tools can be
+            # canceled at all); a late claim then gets the saved response, never a second run
             first = na.calls[0]
             ids = dict(chat_id=c.chat_id, assistant_message_id=amid, tool_call_id=first.tool_call_id)
-            canceled = self.cmd("cancel_tool_call", **ids)
+            canceled = self.cmd("cancel_tool_call", expect=("tool_call_resolved", "tool_call_not_cancelable"), **ids)
             self.stats["late_cancels"] += 1
-            if canceled is not None and not canceled["received"]:
-                self.anomalies.append(f"{c.chat_id}: cancel of a done call said not received")
-            self.cmd("claim_tool_call", expect=("tool_call_canceled",), **ids, tool_name=first.tool_name)
+            if canceled is not None:
+                self.anomalies.append(f"{c.chat_id}: a cancel of a resolved call was accepted")
+            late = self.cmd("claim_tool_call", **ids, tool_name=first.tool_name)
+            if late is not None and late["outcome"] == "run":
+                self.anomalies.append(f"{c.chat_id}: a late claim of {first.tool_call_id} ran again")
+
+    def saved_result(self, state: ChatState, amid: int, tool_call_id: str) -> dict[str, Any] | None:
+        """``{result, is_error, outcome}`` of the call's saved response (None: no response yet)."""
+        execution = load_execution(self.app, locate_call(state, amid, tool_call_id).execution_id)
+        if execution is None or execution.state.response is None:
+            return None
+        result, is_error = response_result(execution.state.response)
+        return {"result": result, "is_error": is_error, "outcome": "saved_response"}
 
     def worker_finish_interruption(self, c: SimChat, state: ChatState, amid: int | None = None) -> None:
         """The owner of an interrupted chat commits a truthful result for every open call and finishes."""
@@ -210,8 +240,11 @@ class WorkerRole:
             if amid is None:
                 amid = next(m.message_id for m in reversed(state.messages) if m.role == "assistant" and active(m))
             for call in local:
-                r = self.cmd("cancel_tool_call", chat_id=c.chat_id, assistant_message_id=amid,
-                             tool_call_id=call.tool_call_id)
+                if call.tool_name in CANCELABLE_TOOLS:
+                    r = self.cmd("cancel_tool_call", chat_id=c.chat_id, assistant_message_id=amid,
+                                 tool_call_id=call.tool_call_id)
+                else:  # not cancelable: its saved response, when the run had ended, is the truth
+                    r = self.saved_result(state, amid, call.tool_call_id)
                 if r is None:
                     result, is_error = "tool call was canceled", True
                 else:

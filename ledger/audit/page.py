@@ -59,12 +59,20 @@ def timeline_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def chain_line(data: dict[str, Any]) -> str | None:
+    """The stream's hash chain status as the audit shows it (``ledger.chain``), when the caller read it."""
+    from ledger.chain import text
+
+    return text(data["chain"]) if data.get("chain") else None
+
+
 def stream_page(data: dict[str, Any]) -> dict[str, Any]:
     """A catalog's or a conversation's page: its timeline, each state as labelled values."""
     rows = timeline_rows(data)
     return {"kind": data["aggregate"], "stream_id": data["stream_id"], "version": data["version"],
             "events": rows, "first": rows[0]["time"] if rows else None, "last": rows[-1]["time"] if rows else None,
-            "now": rows[-1]["pairs"] if rows else [], "ids": shortest_unique([data["stream_id"]])}
+            "now": rows[-1]["pairs"] if rows else [], "ids": shortest_unique([data["stream_id"]]),
+            "chain": chain_line(data)}
 
 
 def chat_page(data: dict[str, Any], events: list[Any], settings_at: SettingsAt = None,
@@ -206,7 +214,7 @@ def chat_page(data: dict[str, Any], events: list[Any], settings_at: SettingsAt =
                 str(created.owner_id)]
     children = [str(e.child_chat_id) for e in events if isinstance(e, ev.ChildChatCreated)]
     return {
-        "kind": "chat", "stream_id": data["stream_id"], "version": data["version"],
+        "kind": "chat", "stream_id": data["stream_id"], "version": data["version"], "chain": chain_line(data),
         "title": next((e.title for e in reversed(events) if isinstance(e, ev.TitleSet)), created.title) or "(untitled)",
         "organization_id": str(created.organization_id),
         "owner_id": str(created.owner_id),

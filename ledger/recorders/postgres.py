@@ -13,6 +13,7 @@ from eventsourcing.persistence import IntegrityError, InterfaceError, Operationa
 from eventsourcing.postgres import PostgresApplicationRecorder
 from psycopg.sql import SQL, Identifier
 
+from ledger.chain import COLUMN
 from ledger.recorders import (
     EXPECTED_VERSIONS, READ_BACK_LOCK_TIMEOUT, READ_RETRY_SECONDS, ConnectionLost, DependencyChanged, SaveInDoubt,
     stale_versions,
@@ -57,11 +58,53 @@ def _connection_failed(conn: Any, error: BaseException) -> bool:
     return isinstance(error, (InterfaceError, OperationalError)) and getattr(cause, "sqlstate", None) is None
 
 
+def _piece(e: str) -> str:
+    """The bytes an event adds to its chain, as ``ledger.chain.link`` hashes them, in SQL."""
+    return (f"int8send({e}.originator_version) || int4send(octet_length(convert_to({e}.topic, 'UTF8'))) || "
+            f"convert_to({e}.topic, 'UTF8') || {e}.state")
+
+
 class PostgresLedgerRecorder(PostgresApplicationRecorder):
+    """The library's application recorder with one insert attempt (``insert_events``), the expected
+    versions checked at commit, bounded read retries, and the hash chain: ``chain_hash`` is computed by
+    the insert statement itself — a recursive query linking each inserted event to the previous version's
+    hash, read from the table in the insert's own transaction, after its EXCLUSIVE table lock."""
+
+    chain_column: bool | None = None  # None: not asked yet (``ledger.chain.has_column``)
+
     def __init__(self, datastore: Any, *, events_table_name: str = "stored_events") -> None:
         super().__init__(datastore, events_table_name=events_table_name)
         schema, table = Identifier(self.datastore.schema), Identifier(self.events_table_name)
         id_type = Identifier(self.datastore.originator_id_type)
+        create = self.sql_create_statements[self.create_table_statement_index]
+        self.sql_create_statements[self.create_table_statement_index] = SQL(  # type: ignore[call-overload]
+            create.as_string().replace("notification_id bigserial, ", f"notification_id bigserial, {COLUMN} bytea, "))
+        assert COLUMN in self.sql_create_statements[self.create_table_statement_index].as_string()
+        self.library_insert_statement = self.insert_events_statement
+        self.hashed_insert_statement = SQL(
+            "WITH RECURSIVE e AS ("
+            " SELECT u.originator_id, u.originator_version, u.topic, u.state, u.ord"
+            " FROM unnest(%s::{0}.{2}[]) WITH ORDINALITY AS u(originator_id, originator_version, topic, state, ord)"
+            "), c AS ("
+            " SELECT e.ord, e.originator_id, e.originator_version, e.topic, e.state, sha256("
+            "  CASE WHEN e.originator_version = 1 THEN '\\x" + "00" * 32 + "'::bytea ELSE p.{3} END || " + _piece("e")
+            + ") AS h"
+            " FROM e LEFT JOIN {0}.{1} p ON p.originator_id = e.originator_id"
+            "  AND p.originator_version = e.originator_version - 1"
+            " WHERE NOT EXISTS (SELECT 1 FROM e b WHERE b.originator_id = e.originator_id"
+            "  AND b.originator_version = e.originator_version - 1)"
+            " UNION ALL"
+            " SELECT e.ord, e.originator_id, e.originator_version, e.topic, e.state, sha256(c.h || " + _piece("e")
+            + ") FROM c JOIN e ON e.originator_id = c.originator_id AND e.originator_version = c.originator_version + 1"
+            ") INSERT INTO {0}.{1} (originator_id, originator_version, topic, state, {3})"
+            " SELECT originator_id, originator_version, topic, state, h FROM c ORDER BY ord"
+            " RETURNING notification_id"
+        ).format(schema, table, Identifier(self.stored_event_type_name), Identifier(COLUMN))
+        self.column_statement = SQL(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+            "AND column_name = %s")
+        self.add_column_statement = SQL("ALTER TABLE {0}.{1} ADD COLUMN IF NOT EXISTS {2} bytea").format(
+            schema, table, Identifier(COLUMN))
         self.current_versions_statement = SQL(
             "SELECT originator_id, MAX(originator_version) AS version FROM {0}.{1} "
             "WHERE originator_id = ANY(%s::{2}[]) GROUP BY originator_id"
@@ -78,9 +121,33 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder):
             "USING (originator_id, originator_version)"
         ).format(schema, table, id_type)
 
+    def create_table(self) -> None:
+        """The tables (with the chain column); a table made before hash chains gets the column."""
+        super().create_table()
+        if not self.probe_chain_column():
+            with self.datastore.transaction(commit=True) as curs:
+                curs.execute(self.add_column_statement)
+        self._use_chain(True)
+
+    def probe_chain_column(self) -> bool:
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            curs.execute(self.column_statement, (self.datastore.schema, self.events_table_name, COLUMN))
+            return curs.fetchone() is not None
+
+    def _use_chain(self, present: bool) -> None:
+        self.chain_column = present
+        self.insert_events_statement = self.hashed_insert_statement if present else self.library_insert_statement
+
+    def _insert_stored_events(self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
+        if self.chain_column is None:  # a ledger opened without creating anything: is it hashed?
+            self._use_chain(self.probe_chain_column())
+        super()._insert_stored_events(curs, stored_events, **kwargs)
+
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
         """One attempt, never retried here: lock the table, insert, check the expected versions, commit.
         A failed connection is ``ConnectionLost`` before COMMIT was sent and ``SaveInDoubt`` after."""
+        if self.chain_column is None and stored_events:
+            self._use_chain(self.probe_chain_column())
         expected: Mapping[UUID, int] = kwargs.get(EXPECTED_VERSIONS) or {}
         conn: Any = None
         commit_sent = False

@@ -17,7 +17,8 @@ from ledger.base import LedgerCreated, LedgerEvent
 
 TOOL_CALL_EXECUTION_TOPIC = "chat-ledger:toolcalls.ToolCallExecution"
 
-ClaimOutcome = Literal["run", "saved"]
+ClaimOutcome = Literal["run", "saved", "timed_out"]
+ResponseOutcome = Literal["completed", "unknown"]
 CancelOutcome = Literal["not_run", "canceled_while_running", "completed", "pending"]
 
 
@@ -44,21 +45,31 @@ class ToolCallExecutionOpened(LedgerCreated):
 class ToolCallClaimed(LedgerEvent):
     """A runner claimed the call. ``claim_epoch`` counts claims from 1; only epoch 1 has outcome ``run``
     (the claimer runs the tool); every later claim has outcome ``saved`` (answered with the saved
-    response, never a second run). ``input_sha256`` is what the claimer asserted, if anything."""
+    response, never a second run), or ``timed_out`` when the run's timeout, counted from the first claim,
+    had passed with no response. ``input_sha256`` is what the claimer asserted, if anything.
+
+    ``timeout_ms``: the run's timeout, given on the first claim (never moved by a later one);
+    ``remaining_ms``: what was left of it at this claim (None without a timeout)."""
 
     TOPIC = "chat-ledger:toolcalls.ToolCallClaimed"
 
     claim_epoch: int
     outcome: ClaimOutcome
     input_sha256: str | None = None
+    timeout_ms: int | None = None
+    remaining_ms: int | None = None
 
 
 class ToolCallResponseRecorded(LedgerEvent):
-    """The run finished and its response was saved (once)."""
+    """The run finished and its response was saved (once). ``outcome``: ``completed``, or ``unknown``
+    when the runner's handler crashed (the response is then a 500 saying the outcome is unknown).
+    ``wall_duration_ms``: the true wall time from the first claim to this response (across takeovers)."""
 
     TOPIC = "chat-ledger:toolcalls.ToolCallResponseRecorded"
 
     response: ToolCallResponse
+    outcome: ResponseOutcome = "completed"
+    wall_duration_ms: int | None = None
 
 
 class ToolCallCanceled(LedgerEvent):

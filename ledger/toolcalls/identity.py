@@ -50,3 +50,17 @@ def locate_call(chat: ChatState | None, assistant_message_id: int, tool_call_id:
         raise refuse(TOOL_CALL_NO_IDENTITY)
     return CallFacts(execution_id=execution_id, chat_id=chat.chat_id, assistant_message_id=message.message_id,
                      tool_call_id=tool_call_id, tool_name=call.tool_name)
+
+
+def call_resolved(chat: ChatState, facts: CallFacts) -> bool:
+    """Whether the chat already has a result for the call: a later active ``tool`` message of its turn
+    (before the next assistant message) holds one (GEN's rule: results inside the assistant message
+    itself do not count)."""
+    for m in chat.messages[facts.assistant_message_id:]:
+        if m.deleted:
+            continue
+        if m.role == "assistant":
+            return False
+        if m.role == "tool" and any(r.tool_call_id == facts.tool_call_id for r in m.results):
+            return True
+    return False

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 from uuid import UUID
 
@@ -19,6 +19,11 @@ NOT_RUN_TEXT = "tool call was canceled before it ran; no changes were made"
 CANCELED_WHILE_RUNNING_TEXT = "tool call was canceled while running"
 #: tools whose running call is stopped by a cancel (its result is the canceled JSON below)
 STOPPABLE_TOOLS = frozenset({"execute"})
+#: the only tools a cancel may name (reference 002: the acting tools, the ones that send a tool call id)
+CANCELABLE_TOOLS = frozenset({"execute", "edit_files", "write_file"})
+#: the body of the 500 a runner saves when its handler crashed (reference 002: "the outcome is unknown")
+UNKNOWN_OUTCOME_BODY = '{"error": "tool call handler crashed: the outcome is unknown"}'
+
 
 
 def execute_canceled_result() -> dict[str, Any]:
@@ -34,7 +39,11 @@ class ToolCallExecutionState(msgspec.Struct, kw_only=True):
     created_at: datetime
     claim_epoch: int = 0
     input_sha256: str | None = None
+    first_claimed_at: datetime | None = None
+    timeout_ms: int | None = None
     response: ev.ToolCallResponse | None = None
+    response_outcome: str | None = None
+    wall_duration_ms: int | None = None
     canceled: bool = False
     received: bool | None = None
     cancel_outcome: str | None = None
@@ -49,11 +58,32 @@ class ToolCallExecutionState(msgspec.Struct, kw_only=True):
         return self.claim_epoch > 0
 
     @property
+    def deadline_at(self) -> datetime | None:
+        """When the run's timeout ends: the first claim plus its ``timeout_ms`` (None without one)."""
+        if self.first_claimed_at is None or self.timeout_ms is None:
+            return None
+        return self.first_claimed_at + timedelta(milliseconds=self.timeout_ms)
+
+    def remaining_ms(self, now: datetime) -> int | None:
+        """What is left of the timeout at ``now`` (0 once past; None without a timeout)."""
+        deadline = self.deadline_at
+        return None if deadline is None else max(0, _ms(deadline - now))
+
+    @property
     def status(self) -> Status:
         """``canceled`` wins (no later claim runs); else ``done`` once a response is saved; else ``running``."""
         if self.canceled:
             return "canceled"
         return "done" if self.response is not None else "running"
+
+
+def _ms(delta: timedelta) -> int:
+    return delta.days * 86_400_000 + delta.seconds * 1000 + delta.microseconds // 1000
+
+
+def wall_duration_ms(state: "ToolCallExecutionState", now: datetime) -> int | None:
+    """Milliseconds from the first claim to ``now`` (None before any claim)."""
+    return None if state.first_claimed_at is None else max(0, _ms(now - state.first_claimed_at))
 
 
 def response_result(response: ev.ToolCallResponse) -> tuple[Any, bool]:
@@ -94,8 +124,13 @@ def evolve(state: ToolCallExecutionState | None, event: Any) -> ToolCallExecutio
             state.claim_epoch = event.claim_epoch
             if state.input_sha256 is None:
                 state.input_sha256 = event.input_sha256
+            if state.first_claimed_at is None:
+                state.first_claimed_at = event.timestamp
+                state.timeout_ms = event.timeout_ms
         elif t is ev.ToolCallResponseRecorded:
             state.response = event.response
+            state.response_outcome = event.outcome
+            state.wall_duration_ms = event.wall_duration_ms
         elif t is ev.ToolCallCanceled:
             state.canceled = True
             state.received = event.received

@@ -79,7 +79,10 @@ def test_a_simulated_ledger_is_re_decided_equal_and_an_edited_model_is_reported(
     RawDB(sqlite_url).rewrite(target.originator_id, target.originator_version, edit)
     code, report = verify_cli(sqlite_url)
     assert code == 1 and not report["ok"]
-    (bad,) = report["anomalies"]
+    (bad,) = [a for a in report["anomalies"] if a["check"] != "chain"]
+    # the edit also breaks the stream's hash chain there
+    assert [(a["stream_id"], a["version"]) for a in report["anomalies"] if a["check"] == "chain"] == [
+        (str(target.originator_id), target.originator_version)]
     assert (bad["stream_id"], bad["version"], bad["check"], bad["decision"]) == (
         str(target.originator_id), target.originator_version, "decision", "attempt_settings")
     assert bad["differences"] == [{"field": "model.model", "recorded": "gpt-4.1-mini", "redecided": real}]
@@ -142,8 +145,14 @@ def test_each_kind_of_tampered_decision_is_named(db_url):
     assert got[("claim", str(execution), 4)] == [{"field": "outcome", "recorded": "run", "redecided": "saved"}]
     assert len(got) == 3
     # (the second run also breaks the execution's invariant, which verify reports on its own)
-    assert [a["reason"] for a in report["anomalies"] if a["check"] != "decision"] == [
+    assert [a["reason"] for a in report["anomalies"] if a["check"] not in ("decision", "chain", "cross_stream")] == [
         "after ToolCallClaimed: claim 2 has outcome run"]
+    # ... and the chat's call ran twice (both streams named)
+    assert [(a["stream_id"], a["execution_id"], a["execution_version"]) for a in report["anomalies"]
+            if a["check"] == "cross_stream"] == [(chat_id, str(execution), 4)]
+    # each edited stream's chain breaks at its first edit
+    chains = {a["stream_id"]: a["version"] for a in report["anomalies"] if a["check"] == "chain"}
+    assert chains == {chat_id: min(promotion.originator_version, retry.originator_version), str(execution): 4}
 
 
 def executions_of(chat_id: str, call_id: str) -> list[uuid.UUID]:
@@ -289,4 +298,4 @@ def test_a_chat_that_does_not_decode_is_skipped_and_named_by_verify(sqlite_url):
     RawDB(sqlite_url).set_state(uuid.UUID(chat_id), 2, b'{"title": 7}')
     code, report = verify_cli(sqlite_url)
     assert code == 1 and report["decisions"]["skipped_chats"] == [chat_id]
-    assert [(a["check"], a["version"]) for a in report["anomalies"]] == [("decode", 2)]
+    assert [(a["check"], a["version"]) for a in report["anomalies"]] == [("chain", 2), ("decode", 2)]

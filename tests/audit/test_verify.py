@@ -71,14 +71,15 @@ def test_a_corrupted_payload_and_topic_are_reported_exactly(db_url):
     report = json.loads(result.output)
     assert report["ok"] is False
     got = sorted((x["stream_id"], x["version"], x["check"]) for x in report["anomalies"])
-    assert got == sorted([(a, 3, "decode"), (b, 2, "decode")])
-    reasons = {x["stream_id"]: x["reason"] for x in report["anomalies"]}
+    # each edit also breaks its stream's hash chain, at the same version
+    assert got == sorted([(a, 3, "decode"), (b, 2, "decode"), (a, 3, "chain"), (b, 2, "chain")])
+    reasons = {x["stream_id"]: x["reason"] for x in report["anomalies"] if x["check"] == "decode"}
     assert "chat-ledger:chat.StepCommitted" in reasons[a] and f"in stream {a} at version 3" in reasons[a]
     assert "unknown event topic 'chat-ledger:chat.NoSuchEvent'" in reasons[b]
     assert {p["projection"]: p["result"] for p in report["projections"]}["chat_views"] == "equal"
     text = cli(db_url, "events", "verify", code=1).output
     assert f"stream {a} version 3" in text and f"stream {b} version 2" in text
-    assert text.splitlines()[-1] == "FAILED: 2 anomalies"
+    assert text.splitlines()[-1] == "FAILED: 4 anomalies"
 
 
 def test_a_version_gap_is_reported(db_url):
@@ -96,7 +97,7 @@ def test_a_version_gap_is_reported(db_url):
         app.close()
     report = json.loads(cli(db_url, "events", "verify", "--json", "--no-projections", code=1).output)
     assert [(x["stream_id"], x["version"], x["check"]) for x in report["anomalies"]] == [
-        (b, last.originator_version + 2, "version")]
+        (b, last.originator_version + 2, "chain"), (b, last.originator_version + 2, "version")]
     assert report["projections"] == []
 
 

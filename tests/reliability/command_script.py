@@ -178,9 +178,13 @@ def with_key(command: dict[str, Any], key: str) -> dict[str, Any]:
 _TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)?$")
 
 
+#: fields that hold a duration read from the clock (tool-call executions: wall time, what is left of a timeout)
+_DURATIONS = frozenset({"wall_duration_ms", "remaining_ms"})
+
+
 def _untimed(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _untimed(v) for k, v in value.items()}
+        return {k: "<duration>" if k in _DURATIONS and v is not None else _untimed(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_untimed(v) for v in value]
     if isinstance(value, str) and _TIME.match(value):
@@ -189,7 +193,8 @@ def _untimed(value: Any) -> Any:
 
 
 def untimed(value: Any) -> Any:
-    """``value`` with every time in it replaced by ``"<time>"``."""
+    """``value`` with every time in it replaced by ``"<time>"`` (and every clock-read duration by
+    ``"<duration>"``): two ledgers that ran the same commands at other times differ there and nowhere else."""
     return _untimed(value)
 
 

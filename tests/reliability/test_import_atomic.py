@@ -306,6 +306,32 @@ def _header(new: bytes, reason: str) -> Corruption:
     return lambda lines: ([new] + lines[1:], 1, reason)
 
 
+def _middle_json(lines: list[bytes]) -> int:
+    return next(i for i in range(len(lines) // 2, len(lines)) if '"timestamp"' in json.loads(lines[i]).get("json", ""))
+
+
+def _edited_payload(line: bytes) -> bytes:
+    """The same event a microsecond later: a payload that decodes, under the hash of the original."""
+    obj = json.loads(line)
+    payload = json.loads(obj["json"])
+    stamp = payload["timestamp"]
+    digit = stamp[25] if stamp[19] == "." else None
+    assert digit is not None, stamp  # ISO with microseconds: 2024-01-01T00:00:00.123456+00:00
+    payload["timestamp"] = stamp[:25] + str((int(digit) + 1) % 10) + stamp[26:]
+    return _set(line, json=json.dumps(payload))
+
+
+def _swapped_in_stream(lines):
+    """Two events of one stream trade places (topic, payload and hash): ids, prev and versions still run in
+    order, the chain does not."""
+    i = _pick(lines, lambda objs, i: objs[i]["version"] > 1 and _mid_stream(objs, i))
+    j = _next_of_stream(lines, i)
+    a, b = json.loads(lines[i]), json.loads(lines[j])
+    swapped = [_set(lines[i], **{k: b.get(k) for k in ("topic", "json", "b64", "hash")}),
+               _set(lines[j], **{k: a.get(k) for k in ("topic", "json", "b64", "hash")})]
+    return lines[:i] + [swapped[0]] + lines[i + 1:j] + [swapped[1]] + lines[j + 1:], i + 1, "is not the chain hash"
+
+
 def _both_forms(line: bytes) -> bytes:
     return _set(line, b64="e30=")
 
@@ -332,8 +358,11 @@ CORRUPTIONS: dict[str, Corruption] = {
     "nested too deeply": _replace(_middle, lambda _: b'{"id": ' + b"[" * 5000, "not an exported event"),
     "header not JSON": _header(b"chat-ledger export", "not a chat-ledger export header"),
     "header of another format": _header(b'{"format": "other", "version": 1}', "not a chat-ledger export header"),
-    "header of another version": _header(b'{"format": "chat-ledger-events", "version": 2}',
-                                         "unsupported export version 2"),
+    "header of another version": _header(b'{"format": "chat-ledger-events", "version": 3}',
+                                         "unsupported export version 3"),
+    "hash changed": _field(_middle, "is not the chain hash", hash="00" * 32),
+    "payload edited under its hash": _replace(_middle_json, _edited_payload, "is not the chain hash"),
+    "events of a stream swapped": _swapped_in_stream,
     "partial export": _header(b'{"format": "chat-ledger-events", "version": 1, "since": 5, "head": 9}',
                               "partial export"),
     "no header": lambda lines: (lines[1:], 1, "not a chat-ledger export header"),

@@ -31,6 +31,8 @@ from commands.handler import command_from_dict, command_types, execute
 from ledger.chat.events import ArchivedSet
 from ledger.chat.values import MAX_INT64, MAX_TOOL_CALL_ID
 from ledger.errors import LedgerError
+from ledger.toolcalls.events import ToolCallResponse
+from ledger.toolcalls.state import response_result
 from projections import catch_up, open_backend
 from tests.chat.helpers import record_raw
 
@@ -126,7 +128,7 @@ def run_everything(do: Script, draw: Any) -> None:
 
     dynamic = draw(names)
     created = do("create_chat", organization_id=org, owner_id=user, title=draw(titles),
-                 text=draw(texts), hook_allowed_tools=[draw(names), dynamic], dynamic_tools=[dynamic])
+                 text=draw(texts), hook_allowed_tools=[draw(names), dynamic, "read"], dynamic_tools=[dynamic])
     chat = created["chat_id"] if created else str(uuid4())
     queued = do("send_message", chat_id=chat, text=draw(texts), created_by=other, hook_allowed_tools=[draw(names)],
                 prefix_messages=[message(draw, "user", [text_part(draw)])])
@@ -148,12 +150,15 @@ def run_everything(do: Script, draw: Any) -> None:
     assistant = (step or {}).get("message_ids", [draw(lookups)])[-1]
     do("claim_tool_call", chat_id=chat, assistant_message_id=assistant, tool_call_id=local, tool_name="read",
        input_sha256=draw(small_text))
-    do("record_tool_call_response", chat_id=chat, assistant_message_id=assistant, tool_call_id=local,
-       status=draw(st.integers(100, 599)), body=draw(texts), content_type=draw(small_text))
+    response = ToolCallResponse(status=draw(st.integers(100, 599)), body=draw(texts), content_type=draw(small_text))
+    saved = do("record_tool_call_response", chat_id=chat, assistant_message_id=assistant, tool_call_id=local,
+               status=response.status, body=response.body, content_type=response.content_type)
     do("cancel_tool_call", chat_id=chat, assistant_message_id=draw(lookups), tool_call_id=draw(tool_call_ids))
+    # a truthful runner commits the saved response as the result (``events verify`` checks it against it)
+    result, is_error = response_result(response) if saved else (draw(json_values), draw(st.booleans()))
     do("commit_step", chat_id=chat, messages=[message(draw, "tool", [
-        {"type": "tool-result", "tool_call_id": local, "tool_name": "read", "result": draw(json_values),
-         "is_error": draw(st.booleans())}])])
+        {"type": "tool-result", "tool_call_id": local, "tool_name": "read", "result": result,
+         "is_error": is_error}])])
     do("enter_requires_action", chat_id=chat)
     do("complete_requires_action", chat_id=chat, created_by=user,
        results=[{"tool_call_id": remote, "output": json.dumps(draw(json_values)), "is_error": draw(st.booleans())}])

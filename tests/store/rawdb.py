@@ -110,3 +110,57 @@ class RawDB:
             payload = msgspec.msgpack.decode(data)
             change(payload)
             self.set_state(stream, version, msgspec.msgpack.encode(payload))
+
+    # -- raw SQL (the tamper tests) ------------------------------------------------------------------------
+    def execute(self, statement: str, *params: Any) -> int:
+        """Run one statement on the events table, written with ``{t}`` for the table and ``?`` for parameters
+        (a UUID parameter is given as the stream's hex on SQLite); the rows it changed."""
+        if self.backend == "sqlite":
+            con = self._sqlite()
+            try:
+                cur = con.execute(statement.format(t="stored_events"),
+                                  [p.hex if isinstance(p, UUID) else p for p in params])
+                con.commit()
+                return cur.rowcount
+            finally:
+                con.close()
+        with self._pg() as conn:
+            table = self._table.as_string(conn)
+            return conn.execute(statement.format(t=table).replace("?", "%s"), params).rowcount  # type: ignore[arg-type]
+
+    def hashes(self, stream: UUID) -> list[bytes | None]:
+        """Each stored event's chain hash, in version order."""
+        rows = self._query("SELECT chain_hash FROM stored_events WHERE originator_id = ? ORDER BY originator_version",
+                           (stream.hex,),
+                           "SELECT chain_hash FROM {table} WHERE originator_id = %s ORDER BY originator_version",
+                           (stream,))
+        return [bytes(h) if h is not None else None for (h,) in rows]
+
+    def delete(self, stream: UUID, version: int) -> None:
+        assert self.execute("DELETE FROM {t} WHERE originator_id = ? AND originator_version = ?", stream, version) == 1
+
+    def insert_copy(self, stream: UUID, at: int, of: int) -> None:
+        """Insert, at version ``at``, a copy of version ``of`` (topic, payload and hash), moving the versions
+        from ``at`` on one up (an event slipped into the middle of a stream)."""
+        big = 1 << 40
+        self.execute("UPDATE {t} SET originator_version = originator_version + ? WHERE originator_id = ? "
+                     "AND originator_version >= ?", big, stream, at)
+        self.execute("UPDATE {t} SET originator_version = originator_version - ? + 1 WHERE originator_id = ? "
+                     "AND originator_version >= ?", big, stream, big)
+        assert self.execute("INSERT INTO {t} (originator_id, originator_version, topic, state, chain_hash) "
+                            "SELECT originator_id, ?, topic, state, chain_hash FROM {t} WHERE originator_id = ? "
+                            "AND originator_version = ?", at, stream, of) == 1
+
+    def swap(self, stream: UUID, v1: int, v2: int) -> None:
+        """Two events of a stream trade places (each keeps its topic, payload and hash)."""
+        big = 1 << 40
+        self.execute("UPDATE {t} SET originator_version = ? WHERE originator_id = ? AND originator_version = ?",
+                     big, stream, v1)
+        self.execute("UPDATE {t} SET originator_version = ? WHERE originator_id = ? AND originator_version = ?",
+                     v1, stream, v2)
+        self.execute("UPDATE {t} SET originator_version = ? WHERE originator_id = ? AND originator_version = ?",
+                     v2, stream, big)
+
+    def drop_chain_column(self) -> None:
+        """The events table as a ledger made before hash chains has it."""
+        self.execute("ALTER TABLE {t} DROP COLUMN chain_hash")

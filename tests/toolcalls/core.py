@@ -47,6 +47,10 @@ class Stream:
         return self._apply(core.claim(self.state, self._em(), self.facts, topic=TOPIC,
                                       tool_name=tool_name or self.facts.tool_name, input_sha256=sha))
 
+    def claim_policy(self, policy: list[str] | None) -> list:
+        return self._apply(core.claim(self.state, self._em(), self.facts, topic=TOPIC, tool_name=self.facts.tool_name,
+                                      policy=policy, always_allowed=frozenset({"advisor"})))
+
     def respond(self, response: ev.ToolCallResponse = OK) -> list:
         return self._apply(core.record_response(self.state, self._em(), response))
 
