@@ -54,6 +54,7 @@ def audit(c: Ctx, stream_id: str, at_version: int | None, as_of: str | None, as_
                  for entry in data["events"]]
     else:
         lines.append(f"{data['aggregate']} {data['stream_id']}: {len(data['events'])} events")
+        lines.append(chain_text(data["chain"]))
         for entry in data["events"]:
             lines.append(f"v{entry['version']:<4} {entry['time']}  {entry['type']}")
             lines.append(f"      {entry['summary']}")
