@@ -51,6 +51,14 @@ def chat_events(app: Any, chat_id: UUID) -> list[Any]:
     return events
 
 
+def chain_status(app: Any, stream_id: UUID, version: int | None = None) -> dict[str, Any]:
+    """The stream's hash chain status up to ``version`` (None: its head), as the audit shows it."""
+    from commands.asof import chat_position
+    from ledger.chain import stream_status
+
+    return stream_status(app, stream_id, chat_position(app, stream_id, version) if version is not None else None)
+
+
 def cut_version(events: list[Any], at_version: int | None, as_of: str | None) -> int | None:
     """The version a stream version (``at_version``) or a time (``as_of``) selects (None: the latest)."""
     if as_of is not None:

@@ -12,7 +12,7 @@ from commands.cli.context import (
     Ctx, as_of_options, cell, check_as_of, emit_json, json_option, output_option, pass_ctx, print_differences,
     write_output,
 )
-from commands.queries import cut_version, stream_events
+from commands.queries import chain_status, cut_version, stream_events
 from ledger.audit.timeline import timeline
 from ledger.chain import text as chain_text
 
@@ -39,7 +39,7 @@ def audit(c: Ctx, stream_id: str, at_version: int | None, as_of: str | None, as_
     events = stream_events(c.app, sid)
     upto = cut_version(events, at_version, as_of)
     data = timeline(events, upto)
-    data["chain"] = _chain(c.app, sid, upto)
+    data["chain"] = chain_status(c.app, sid, upto)
     if html_file is not None:
         from commands.audit_page import audit_page
 
@@ -60,14 +60,6 @@ def audit(c: Ctx, stream_id: str, at_version: int | None, as_of: str | None, as_
             lines.append(f"      {entry['summary']}")
             lines.append(f"      -> {_state_line(data['aggregate'], entry['state'])}")
     write_output(output or "-", "\n".join(lines) + "\n")
-
-
-def _chain(app: Any, stream_id: Any, upto: int | None) -> dict[str, Any]:
-    """The stream's hash chain status up to the version shown (``ledger.chain``)."""
-    from commands.asof import chat_position
-    from ledger.chain import stream_status
-
-    return stream_status(app, stream_id, chat_position(app, stream_id, upto) if upto is not None else None)
 
 
 def _state_line(kind: str, s: dict[str, Any]) -> str:

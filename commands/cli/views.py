@@ -287,8 +287,6 @@ def projections_follow(c: Ctx, poll_interval: float, duration: float | None, bat
             if tty:
                 line = "  ".join(f"{s.projection} {s.position}/{s.head}" for s in status(app, ps, backend))
                 click.echo(f"\r{line}", nl=False, err=True)
-    except KeyboardInterrupt:
-        pass
     finally:
         stop.set()
         _restore_signals(previous)
