@@ -1,11 +1,11 @@
 """Ids typed by people: a full id, or a unique prefix of one (git-style, ``ledger.ids``), resolved to the
 full id from the ledger. Used by every entry point that takes a chat, conversation, stream, organization,
-user, turn or tool-call id.
+user, model config, turn or tool-call id.
 
 A full UUID is taken as it is (no read). A prefix of at least ``ledger.ids.MIN_PREFIX`` hex digits is
 looked up among the ids of its kind: one match names it; none is the kind's not-found error
 (``chat_not_found``, ``conversation_not_found``, ``stream_not_found``, ``organization_not_found``,
-``user_not_found``, ``turn_not_found``, ``tool_call_not_found``); several are ``ambiguous_id``, listing them.
+``user_not_found``, ``model_config_not_found``, ``turn_not_found``, ``tool_call_not_found``); several are ``ambiguous_id``, listing them.
 Anything else is ``invalid_command`` (``invalid chat id: 'x'``).
 """
 
@@ -79,8 +79,9 @@ def organization_id(app: Any, value: str) -> UUID:
     return UUID(_one(value, found, "organization id", "organization_not_found", "organization not found"))
 
 
-def user_id(app: Any, value: str, org: UUID | None) -> UUID:
-    """A user's id: full, or a prefix of a member (or overriding user) of the organization ``org``."""
+def user_id(app: Any, value: str, org: UUID | None, also: Iterable[UUID] = ()) -> UUID:
+    """A user's id: full, or a prefix of a member (or overriding user) of the organization ``org``, or of one
+    of ``also`` (a chat's owner, who may have left the organization)."""
     full = parse_full(value, "user id")
     if full is not None:
         return full
@@ -88,7 +89,21 @@ def user_id(app: Any, value: str, org: UUID | None) -> UUID:
 
     catalog = find_catalog(app, org) if org is not None else None
     users = set(map(str, catalog.members)) | set(map(str, catalog.user_overrides)) if catalog else set()
+    users |= set(map(str, also))
     return UUID(among(value, users, "user id", "user_not_found", "no member of the organization has that id"))
+
+
+def model_config_id(app: Any, value: str, org: UUID) -> UUID:
+    """A model config's id: full, or a prefix of a config of the organization ``org`` (deleted ones too)."""
+    full = parse_full(value, "model config id")
+    if full is not None:
+        return full
+    from commands.catalog import find_catalog
+
+    catalog = find_catalog(app, org)
+    configs = set(map(str, catalog.configs)) | set(map(str, catalog.deleted)) if catalog else set()
+    return UUID(among(value, configs, "model config id", "model_config_not_found",
+                      "model config not found"))
 
 
 def turn_ids(events: Iterable[Any]) -> set[str]:

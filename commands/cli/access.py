@@ -77,8 +77,9 @@ def tokens_revoke(c: Ctx, token_id: str, as_json: bool) -> None:
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port to listen on.")
 @click.option("--follow/--no-follow", default=True, show_default=True,
               help="Keep the views caught up in the background (one follower at a time holds each build).")
+@json_option("Announce the address as one JSON object on standard output ({serving, db, openapi}).")
 @pass_ctx
-def serve(c: Ctx, host: str, port: int, follow: bool) -> None:
+def serve(c: Ctx, host: str, port: int, follow: bool, as_json: bool) -> None:
     """Serve the ledger over HTTP (docs/server.md): commands, views, history, the event log and its live
     stream, web pages at /ui/. Every request needs an API token (`chat-ledger tokens create`)."""
     import uvicorn
@@ -87,7 +88,10 @@ def serve(c: Ctx, host: str, port: int, follow: bool) -> None:
 
     c.app  # noqa: B018 - open (or create) the ledger first: a bad --db fails here, before listening
     app = create_app(c.url, follow=follow)
-    click.echo(f"chat-ledger serving {c.where} on http://{host}:{port} (docs: /openapi.json)", err=True)
+    if as_json:
+        emit_json({"serving": f"http://{host}:{port}", "db": c.where, "openapi": f"http://{host}:{port}/openapi.json"})
+    else:
+        click.echo(f"chat-ledger serving {c.where} on http://{host}:{port} (docs: /openapi.json)", err=True)
     # open event streams never end by themselves: a stop closes them after 2 s
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on",
                 timeout_graceful_shutdown=2)

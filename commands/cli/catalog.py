@@ -18,7 +18,7 @@ from ledger.catalog.values import ADMIN_CONTEXTS, CONTEXTS, EFFORT_SCALE, USER_C
 
 
 @click.command()
-@click.option("--org", required=True, help="Organization UUID.")
+@click.option("--org", required=True, help="Organization id (or a unique prefix).")
 @click.option("--user", default=None, help="Add this user's personal overrides and effective models.")
 @json_flag
 @pass_ctx
@@ -67,7 +67,7 @@ def resolve_model_cmd(c: Ctx, chat_id: str, context: str, user: str | None, vers
     """The model a chat's generation would run on (now, or as of --at/--as-of), and why. Records nothing."""
     check_as_of(version, as_of, with_current_settings)
     cid = c.chat_id(chat_id)
-    row = resolve_chat_model(c.app, cid, context, c.user_id(user, None) if user else None,
+    row = resolve_chat_model(c.app, cid, context, c.chat_user_id(user, cid) if user else None,
                              version=version, as_of=as_of, with_current_settings=with_current_settings)
     if as_json:
         emit_json(row)
@@ -126,20 +126,25 @@ def catalog() -> None:
 def _catalog_command(name: str, ctype: str, help: str, *params: Any, build: Any = None) -> None:
     def callback(c: Ctx, org: str, as_json: bool, idempotency_key: str | None, actor: str | None, **kw: Any) -> None:
         fields = build(**kw) if build else kw
+        org_id = c.org_id(org)
         if fields.get("user_id"):
-            fields["user_id"] = str(c.user_id(fields["user_id"], c.org_id(org)))
-        run_catalog_command(c, {"type": ctype, "organization_id": str(c.org_id(org)), "idempotency_key": idempotency_key,
+            fields["user_id"] = str(c.user_id(fields["user_id"], org_id))
+        if fields.get("model_config_id") and ctype != "create_model_config":  # create mints the id: given whole
+            fields["model_config_id"] = str(c.model_config_id(fields["model_config_id"], org_id))
+        if actor:
+            actor = str(c.user_id(actor, org_id))
+        run_catalog_command(c, {"type": ctype, "organization_id": str(org_id), "idempotency_key": idempotency_key,
                                 "actor": actor, **fields}, as_json)
 
     cmd: Any = pass_ctx(callback)
     for p in reversed(params):
         cmd = p(cmd)
-    cmd = actor_opt(key_opt(json_flag(click.option("--org", required=True, help="Organization UUID.")(cmd))))
+    cmd = actor_opt(key_opt(json_flag(click.option("--org", required=True, help="Organization id (or a unique prefix).")(cmd))))
     catalog.command(name, help=help)(cmd)
 
 
-_user = click.option("--user", "user_id", required=True, help="User UUID.")
-_model_id = click.option("--model-config", "model_config_id", required=True, help="Model config UUID.")
+_user = click.option("--user", "user_id", required=True, help="User id (or a unique prefix of a member).")
+_model_id = click.option("--model-config", "model_config_id", required=True, help="Model config id (or a unique prefix).")
 _effort = click.option("--reasoning-effort", type=click.Choice(list(EFFORT_SCALE)), default=None)
 
 

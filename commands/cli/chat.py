@@ -68,6 +68,21 @@ def run_command(c: Ctx, command: dict[str, Any], as_json: bool) -> None:
     click.echo(line)
 
 
+def _people(c: Ctx, chat_id: Any, **fields: Any) -> dict[str, Any]:
+    """``fields`` with the ids people type for a chat command (``actor``, ``created_by``, ``model_config_id``)
+    resolved from unique prefixes among the chat's organization (its members and owner, its model configs)."""
+    org: Any = None
+    for name, value in fields.items():
+        if value is None or name not in ("actor", "created_by", "model_config_id"):
+            continue
+        if name == "model_config_id":
+            org = org or c.chat_org(chat_id)[0]
+            fields[name] = str(c.model_config_id(value, org))
+        else:
+            fields[name] = str(c.chat_user_id(value, chat_id))
+    return fields
+
+
 @click.group()
 def chat() -> None:
     """Human forms of the chat commands (apply takes the same commands as JSON)."""
@@ -78,8 +93,9 @@ def _chat_command(name: str, ctype: str, help: str, *params: Callable[[Any], Any
     def callback(c: Ctx, chat_id: str, as_json: bool, idempotency_key: str | None, actor: str | None,
                  **kw: Any) -> None:
         fields = build(**kw) if build else kw
-        run_command(c, {"type": ctype, "chat_id": str(c.chat_id(chat_id)), "idempotency_key": idempotency_key,
-                        "actor": actor, **fields}, as_json)
+        cid = c.chat_id(chat_id)
+        run_command(c, {"type": ctype, "chat_id": str(cid), "idempotency_key": idempotency_key,
+                        **_people(c, cid, actor=actor, **fields)}, as_json)
 
     cmd: Any = pass_ctx(callback)
     for p in reversed(params):
@@ -89,13 +105,13 @@ def _chat_command(name: str, ctype: str, help: str, *params: Callable[[Any], Any
 
 
 @chat.command("create")
-@click.option("--org", "organization_id", required=True, help="Organization UUID.")
-@click.option("--owner", "owner_id", required=True, help="Owner user UUID.")
+@click.option("--org", "organization_id", required=True, help="Organization id (or a unique prefix).")
+@click.option("--owner", "owner_id", required=True, help="Owner user id (or a unique prefix).")
 @click.option("--text", required=True, help="The first user message.")
 @click.option("--chat-id", default=None, help="Mint the chat id yourself.")
 @click.option("--parent", "parent_chat_id", default=None, help="Parent chat (makes a child chat).")
 @click.option("--title", default=None)
-@click.option("--model", "model_config_id", default=None, help="Model config UUID.")
+@click.option("--model", "model_config_id", default=None, help="Model config id (or a unique prefix).")
 @click.option("--allow-tool", "hook_allowed_tools", multiple=True, help="Initial hook tool policy (repeat).")
 @click.option("--dynamic-tool", "dynamic_tools", multiple=True, help="Client-executed tool name (repeat).")
 @click.option("--waiting", is_flag=True, help="Create it waiting instead of running.")
@@ -106,9 +122,14 @@ def _chat_command(name: str, ctype: str, help: str, *params: Callable[[Any], Any
 def chat_create(c: Ctx, as_json: bool, idempotency_key: str | None, actor: str | None,
                 hook_allowed_tools: tuple[str, ...], dynamic_tools: tuple[str, ...], waiting: bool,
                 **kw: Any) -> None:
-    """Create a chat with its first user message (--org, --owner and --parent take unique prefixes too)."""
+    """Create a chat with its first user message (--org, --owner, --parent, --model and --actor take unique
+    prefixes too)."""
     org = c.org_id(kw["organization_id"])
     kw.update(organization_id=str(org), owner_id=str(c.user_id(kw["owner_id"], org)))
+    if actor:
+        actor = str(c.user_id(actor, org))
+    if kw.get("model_config_id"):
+        kw["model_config_id"] = str(c.model_config_id(kw["model_config_id"], org))
     if kw.get("parent_chat_id"):
         kw["parent_chat_id"] = str(c.chat_id(kw["parent_chat_id"]))
     run_command(c, {"type": "create_chat", "idempotency_key": idempotency_key, "actor": actor,
@@ -118,8 +139,8 @@ def chat_create(c: Ctx, as_json: bool, idempotency_key: str | None, actor: str |
 
 
 _text = click.option("--text", required=True, help="The user message.")
-_model = click.option("--model", "model_config_id", default=None, help="Model config UUID.")
-_by = click.option("--by", "created_by", default=None, help="User UUID sending it.")
+_model = click.option("--model", "model_config_id", default=None, help="Model config id (or a unique prefix).")
+_by = click.option("--by", "created_by", default=None, help="User id sending it (or a unique prefix).")
 _reason = click.option("--reason", default=None)
 
 

@@ -125,11 +125,37 @@ class Ctx:
         full = parse_full(value, "organization id")
         return full if full is not None else organization_id(self.app, value)
 
-    def user_id(self, value: str, org: UUID | None) -> UUID:
+    def user_id(self, value: str, org: UUID | None, also: tuple[UUID, ...] = ()) -> UUID:
         from commands.idlookup import parse_full, user_id
 
         full = parse_full(value, "user id")
-        return full if full is not None else user_id(self.app, value, org)
+        return full if full is not None else user_id(self.app, value, org, also)
+
+    def model_config_id(self, value: str, org: UUID) -> UUID:
+        from commands.idlookup import model_config_id, parse_full
+
+        full = parse_full(value, "model config id")
+        return full if full is not None else model_config_id(self.app, value, org)
+
+    def chat_user_id(self, value: str, chat_id: UUID) -> UUID:
+        """A user id typed for a command on a chat: full, or a prefix of a member of the chat's organization
+        or of its owner."""
+        from commands.idlookup import parse_full
+
+        full = parse_full(value, "user id")
+        if full is not None:
+            return full
+        org, owner = self.chat_org(chat_id)
+        return self.user_id(value, org, (owner,))
+
+    def chat_org(self, chat_id: UUID) -> tuple[UUID, UUID]:
+        """The chat's organization and owner (``chat_not_found`` when there is no such chat)."""
+        from ledger.chat.state import ChatState
+
+        chat = self.app.load(chat_id)
+        if chat is None or not isinstance(chat.state, ChatState):
+            raise LedgerError("chat_not_found", "chat not found")
+        return chat.state.organization_id, chat.state.owner_id
 
     def close(self) -> None:
         backend, app, self._backend, self._app = self._backend, self._app, None, None
@@ -173,7 +199,7 @@ def write_output(target: str, text: str) -> None:
         f.write(text)
 json_lines_flag = json_option("One JSON object per line.")
 key_opt = click.option("--idempotency-key", default=None, help="Repeat-safe key for this command.")
-actor_opt = click.option("--actor", default=None, help="Who asks (a UUID); recorded.")
+actor_opt = click.option("--actor", default=None, help="Who asks (a user id or a unique prefix of one); recorded.")
 
 
 def as_of_options(at_help: str) -> Callable[[Any], Any]:

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -32,46 +32,63 @@ __all__ = ["bench", "demo", "simulate_cmd"]
 @click.option("--sim-chats", type=click.IntRange(min=0), default=20, show_default=True,
               help="Chats of the simulation run after the scenarios (0: none).")
 @click.option("--sim-seed", type=int, default=42, show_default=True, help="Seed of that simulation.")
+@json_option("Print what was recorded as one JSON object (scenarios, chats, simulation, head).")
 @pass_ctx
-def demo(c: Ctx, folder: Path | None, sim_chats: int, sim_seed: int) -> None:
+def demo(c: Ctx, folder: Path | None, sim_chats: int, sim_seed: int, as_json: bool) -> None:
     """Record a realistic set of chats from examples/ and a small simulation, and show what the ledger holds."""
     folder = folder or SCENARIOS
     files = scenario_files(folder)
     if not files:
         raise click.ClickException(f"no scenarios found in {folder} (run from a checkout of chat-ledger)")
     app = c.app
-    click.echo(f"Recording {len(files)} scenarios into {redact(c.url)}\n")
+    say = (lambda _text: None) if as_json else click.echo
+    say(f"Recording {len(files)} scenarios into {redact(c.url)}\n")
     recorded: list[str] = []
+    scenarios: list[dict[str, Any]] = []
     for path in files:
         lines, mapping = fresh_ids(path.read_text(encoding="utf-8").splitlines())
         refusals: list[dict[str, Any]] = []
         ok, refused = apply_lines(app, lines, out=lambda r: refusals.append(r) if not r["ok"] else None)
         expected = expected_refusals(path)
         got = {str(r["line"]): r["error"]["code"] for r in refusals}
-        verdict = "as the scenario expects" if expected is None or got == expected else "UNEXPECTED"
-        click.echo(f"  {path.stem:<22} {ok:>3} commands applied, {refused} refused {verdict}")
+        as_expected = expected is None or got == expected
+        scenarios.append({"scenario": path.stem, "applied": ok, "refused": refused, "as_expected": as_expected,
+                          "refusals": [{"line": r["line"], "type": r["type"], "error": r["error"]} for r in refusals]})
+        verdict = "as the scenario expects" if as_expected else "UNEXPECTED"
+        say(f"  {path.stem:<22} {ok:>3} commands applied, {refused} refused {verdict}")
         for r in refusals:
-            click.echo(f"      line {r['line']:>2} {r['type']}: {r['error']['code']} — {r['error']['message']}")
+            say(f"      line {r['line']:>2} {r['type']}: {r['error']['code']} — {r['error']['message']}")
         recorded.extend(mapping.values())
     chats = (app.load(uuid.UUID(cid)) for cid in recorded)
     rows = sorted((status_row(ch.state) for ch in chats if ch is not None), key=lambda r: r["title"])
-    click.echo("\nChats recorded by this run:")
-    print_table(rows, STATUS_COLUMNS)
+    sim: Any = None
+    if not as_json:
+        click.echo("\nChats recorded by this run:")
+        print_table(rows, STATUS_COLUMNS)
     if sim_chats:
-        click.echo(f"\nA simulation ({sim_chats} chats driven through the same commands by a seeded fake "
-                   f"model, seed {sim_seed}):")
+        say(f"\nA simulation ({sim_chats} chats driven through the same commands by a seeded fake "
+            f"model, seed {sim_seed}):")
         sim = simulate(app, sim_chats, sim_seed, turns=2, steps=4)
-        print_summary(sim.summary())
-        sample = next((d for d in reversed(sim.decisions) if d["action"] == "execute_local_tools"), None)
-    else:
-        sample = None
+        if not as_json:
+            print_summary(sim.summary())
+    sample = next((d for d in reversed(sim.decisions) if d["action"] == "execute_local_tools"), None) if sim else None
     head = app.head()
+    if as_json:
+        emit_json({"db": redact(c.url), "scenarios": scenarios, "chats": rows,
+                   "simulation": sim.summary() if sim else None, "head": head})
+        return
     click.echo(f"\nThe ledger now holds {head} events. Try:\n"
                f"  chat-ledger status\n  chat-ledger show {rows[0]['chat_id']}\n"
                f"  chat-ledger show {rows[0]['chat_id']} --at 2 --json")
     if sample is not None:
         click.echo(f"  chat-ledger next-action {sample['chat_id']} --at {sample['version']}   "
                    f"# what the simulated worker did: {sample['action']}")
+
+
+def _given(param: str) -> bool:
+    """Whether the running command's option ``param`` was given (not its default)."""
+    source = click.get_current_context().get_parameter_source(param)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
 
 def print_summary(s: dict[str, Any]) -> None:
@@ -181,10 +198,12 @@ def simulate_cmd(c: Ctx, chats: int, seed: int, orgs: int, concurrency: int, sal
 @click.option("--quick", is_flag=True, help="Small sizes, for a smoke test (figures are not meaningful).")
 @click.option("--output", "-o", "--out", "out", type=click.Path(dir_okay=False, allow_dash=True),
               default="bench-results.json", show_default=True, help="The JSON results' file (- for standard output).")
+@json_option("Print the results as JSON on standard output (the table goes to standard error; no file unless "
+             "--output is given).")
 def bench(backends: tuple[str, ...], pg_url: str, rebuild_events: int, small_events: int, replay_events: int,
           throughput_commands: int, concurrent_commands: int, view_chats: int, service_commands: int,
           interleave: int, many_chats: str, workers: int, million: bool, long_chat_events: int,
-          only: tuple[str, ...], quick: bool, out: str) -> None:
+          only: tuple[str, ...], quick: bool, out: str, as_json: bool) -> None:
     """Measure replay, rebuild, command throughput, concurrent writers, view queries, the service and the
     first command on a long chat against same-run baselines; print a table, write JSON."""
     chats = tuple(int(k) for k in many_chats.split(",") if k.strip())
@@ -200,10 +219,17 @@ def bench(backends: tuple[str, ...], pg_url: str, rebuild_events: int, small_eve
     except RuntimeError as e:
         raise click.ClickException(str(e)) from None
     results["settings"]["quick"] = quick
-    print_bench_table(results)
-    if out == "-":
+    if as_json:  # the JSON on standard output, everything else on standard error
+        with redirect_stdout(sys.stderr):
+            print_bench_table(results)
         click.echo(json.dumps(results, indent=2))
-        return
+        if not _given("out") or out == "-":
+            return
+    else:
+        print_bench_table(results)
+        if out == "-":
+            click.echo(json.dumps(results, indent=2))
+            return
     with open(out, "w", encoding="utf-8") as f:
         json.dump(results, f, indent=2)
-    click.echo(f"\nwrote {out}")
+    click.echo(f"\nwrote {out}", err=as_json)

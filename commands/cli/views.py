@@ -19,7 +19,7 @@ import msgspec
 
 from commands import views
 from commands.cli.context import (
-    STATUS_COLUMNS, Ctx, caught_up, emit_json, json_lines_flag, pass_ctx, print_rows, print_table, progress_bar,
+    STATUS_COLUMNS, Ctx, caught_up, emit_json, json_lines_flag, json_option, pass_ctx, print_rows, print_table, progress_bar,
 )
 from ledger.chat.state import state_legend
 from ledger.errors import LedgerError
@@ -246,8 +246,10 @@ def _restore_signals(previous: dict[int, Any]) -> None:
 @click.option("--poll", "poll_interval", type=float, default=1.0, show_default=True, help="Polling interval (s).")
 @click.option("--for", "duration", type=float, default=None, help="Stop after this many seconds.")
 @batch_size_option
+@json_option("One JSON object per batch on standard output ({time, projection, applied, total, head}), also on a "
+             "terminal.")
 @pass_ctx
-def projections_follow(c: Ctx, poll_interval: float, duration: float | None, batch_size: int) -> None:
+def projections_follow(c: Ctx, poll_interval: float, duration: float | None, batch_size: int, as_json: bool) -> None:
     """Keep every projection caught up until interrupted (LISTEN/NOTIFY on PostgreSQL, plus polling).
 
     A projection being rebuilt is skipped until the rebuild is done. One that cannot apply an event is
@@ -268,11 +270,14 @@ def projections_follow(c: Ctx, poll_interval: float, duration: float | None, bat
             failure.append(e)
             stop.set()
 
-    tty = sys.stderr.isatty()
+    tty = sys.stderr.isatty() and not as_json
 
     def batch(p: Any, done: int, total: int) -> None:  # not on a terminal: one log line per batch
-        click.echo(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {p.name}: {done}/{total} notifications applied "
-                   f"(head {app.head()})", err=True)
+        when = time.strftime('%Y-%m-%dT%H:%M:%S')
+        if as_json:
+            emit_json({"time": when, "projection": p.name, "applied": done, "total": total, "head": app.head()})
+            return
+        click.echo(f"{when} {p.name}: {done}/{total} notifications applied (head {app.head()})", err=True)
 
     follower = Follower(app, ps, backend, poll_interval=poll_interval, batch_size=batch_size, on_failure=failed,
                         on_batch=None if tty else batch)

@@ -293,3 +293,79 @@ def test_follow_logs_a_line_per_batch_and_simulate_reports_progress(cli: LedgerC
     followed = cli.run("projections", "follow", "--for", "0.5", "--batch-size", "50")
     batches = [line for line in followed.stderr.splitlines() if "notifications applied" in line]
     assert followed.exit_code == 0 and len(batches) >= 2, followed.stderr
+
+
+# -- --json on every command; ids of people and model configs by prefix -----------------------------------------
+
+def _leaf_commands(cmd: Any, path: tuple[str, ...] = ()) -> Any:
+    import click
+
+    if isinstance(cmd, click.Group):
+        for name, sub in cmd.commands.items():
+            yield from _leaf_commands(sub, (*path, name))
+    else:
+        yield path, cmd
+
+
+def test_every_command_takes_json() -> None:
+    from commands.cli.main import main
+
+    missing = [" ".join(path) for path, cmd in _leaf_commands(main)
+               if not any("--json" in getattr(p, "opts", ()) for p in cmd.params)]
+    assert missing == []
+
+
+def test_follow_and_demo_speak_json(cli: LedgerCLI, ledger: dict[str, str], tmp_path: Any) -> None:
+    followed = cli.run("projections", "follow", "--for", "0.5", "--batch-size", "1", "--json")
+    lines = [json.loads(line) for line in followed.stdout.splitlines()]
+    assert followed.exit_code == 0 and lines, followed.output
+    assert {"time", "projection", "applied", "total", "head"} <= set(lines[0])
+    assert all(line["applied"] <= line["total"] for line in lines)
+    demo = LedgerCLI(f"sqlite:///{tmp_path / 'demo.db'}").run("demo", "--sim-chats", "2", "--json")
+    summary = json.loads(demo.stdout)  # the whole of standard output is one object
+    assert demo.exit_code == 0 and summary["scenarios"] and summary["head"] > 0
+    assert all(s["as_expected"] for s in summary["scenarios"]), summary["scenarios"]
+    assert summary["simulation"]["chats"] >= 2 and summary["chats"][0]["chat_id"]
+
+
+def test_people_and_model_configs_by_prefix(cli: LedgerCLI, ledger: dict[str, str]) -> None:
+    org, me, chat_id = ledger["org"], ledger["me"], ledger["chat"]
+    other = "beefbeef-0000-4000-8000-000000000001"
+    added = cli.run("catalog", "add-member", "--org", org[:8], "--user", other, "--actor", me[:8], "--json")
+    assert added.exit_code == 0, added.output
+    config = json.loads(cli.run("models", "--org", org, "--json").stdout)["configs"][0]["model_config_id"]
+    sent = cli.run("chat", "send", chat_id[:8], "--text", "hi", "--by", other[:10], "--model", config[:8],
+                   "--actor", me[:8], "--json")
+    assert sent.exit_code == 0, sent.output
+    shown = json.loads(cli.run("show", chat_id, "--json").stdout)
+    sent_prompt = (shown["messages"] + shown["queue"])[-1]  # queued or sent, as the chat was
+    assert (sent_prompt["created_by"], sent_prompt["model_config_id"]) == (other, config)  # recorded whole
+    audited = [json.loads(line) for line in cli.run("audit", chat_id, "--json").stdout.splitlines()]
+    assert audited[-1]["actor"] == me
+    resolved = cli.run("resolve-model", chat_id, "--user", other[:8], "--json")
+    assert resolved.exit_code == 0, resolved.output
+    # a prefix of nobody in the organization, and a prefix of two of its people, are refused; nothing recorded
+    head = cli.head()
+    stranger = cli.run("chat", "send", chat_id, "--text", "x", "--by", "0123abcd")
+    assert stranger.exit_code == 1 and stranger.stderr.startswith("error: user_not_found: "), stranger.stderr
+    twin = "beefbeef-0000-4000-8000-000000000002"
+    cli.run("catalog", "add-member", "--org", org, "--user", twin)
+    head = cli.head()
+    ambiguous = cli.run("chat", "send", chat_id, "--text", "x", "--by", "beefbeef")
+    assert ambiguous.exit_code == 1 and ambiguous.stderr.startswith("error: ambiguous_id: ")
+    assert other in ambiguous.stderr and twin in ambiguous.stderr
+    unknown_model = cli.run("chat", "send", chat_id, "--text", "x", "--model", "fedcba98")
+    assert unknown_model.stderr == "error: model_config_not_found: model config not found\n"
+    assert cli.head() == head
+
+
+def test_bench_json_is_the_results_on_standard_output(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "commands.cli.main", "bench", "--quick", "--only", "replay",
+                          "--backend", "sqlite", "--json"], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    results = json.loads(run.stdout)
+    assert results["settings"]["quick"] is True and "replay" in run.stderr  # the table on standard error
+    assert list(tmp_path.iterdir()) == []  # no file unless --output is given

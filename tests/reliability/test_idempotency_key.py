@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings

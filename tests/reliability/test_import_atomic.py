@@ -32,7 +32,7 @@ from commands.tools.workload import generate
 from commands.handler import command_from_dict, execute
 from ledger.store import DatabaseURL, open_app
 from tests.audit.kit import cli
-from tests.conftest import PG_URL, _with_schema, drop_schema, require_pg
+from tests.conftest import PG_URL, _with_schema, drop_schema
 from tests.reliability.kit import admin_conninfo, wait_for
 
 CHAT_LEDGER = str(Path(sys.executable).with_name("chat-ledger"))
