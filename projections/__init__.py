@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from projections.backend import Build, Diff, Failure, Reader, SqlBackend, Switch, TableDiff
+from projections.backend import SqlBackend
+from projections.reading import Reader
+from projections.records import Build, Diff, Failure, Switch, TableDiff
 from projections.engine import (
     BIGINT, BOOLEAN, COLUMN_TYPES, INTEGER, JSON, REAL, TEXT, TIMESTAMP, UBIGINT, BuildBusy, BuildGone, BuildsNotAligned,
     Column, Delete, DeleteWhere, MemoryStore, PositionConflict, Projection, ProjectionError, ProjectionFailed, RowOp,

@@ -37,7 +37,9 @@ from typing import Any, Callable, ContextManager, Iterator, Sequence
 
 import msgspec
 
-from projections.backend import TRANSIENT_ERRORS, Diff, SqlBackend, Switch
+from projections.backend import SqlBackend
+from projections.records import Diff, Switch
+from projections.sqlbase import TRANSIENT_ERRORS
 from projections.engine import BuildBusy, BuildGone, PositionConflict, Projection, ProjectionError, ProjectionFailed
 from projections.leases import REBUILD, LeaseHolder
 
