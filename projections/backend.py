@@ -15,10 +15,7 @@ Tables (in the SQLite file of the events, or in the events' Postgres schema):
 * ``projection_failures``: per build, the event it could not apply (stream, version, notification, reason),
   until a batch of that build commits past it.
 
-Exactly once: ``apply_batch`` checks the build's lease and locks the tracking row, refuses a batch read from
-another position than the tracked one, or whose first position is at or below it (``PositionConflict``,
-nothing written), applies the events, writes the rows and the new position, and commits: rows and position
-move together or not at all.
+Exactly once: ``apply_batch`` moves rows and position together or not at all (``projections.batch``).
 
 Dialects supply connections/transactions, type mapping and a few spellings; everything else is in the
 layers ``SqlBackend`` is assembled from (below).
