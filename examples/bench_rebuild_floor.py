@@ -35,7 +35,7 @@ import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 from psycopg.types.json import Jsonb  # noqa: E402
 
-from commands.tools.bench_children import _scan_decode  # noqa: E402
+from commands.tools.bench_kit import _scan_decode  # noqa: E402
 from commands.tools.workload import generate  # noqa: E402
 from ledger.store import open_app  # noqa: E402
 from projections import open_backend, rebuild  # noqa: E402

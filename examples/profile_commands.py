@@ -1,4 +1,4 @@
-"""Where a command's time goes: the throughput bench's command mix (``commands.tools.bench_children``:
+"""Where a command's time goes: the throughput bench's command mix (``commands.tools.bench_writes``:
 500 chats x 8 commands) through the real handler under cProfile, on a fresh ledger, then the share of each
 part of the handler (cumulative times, so parts may nest: "save" holds "SQLite commit").
 
@@ -15,7 +15,7 @@ import tempfile
 import time
 
 from commands.handler import execute
-from commands.tools.bench_children import _workload_commands
+from commands.tools.bench_writes import _workload_commands
 from commands.tools.workload import setup_catalogs
 from ledger.store import open_app
 

@@ -25,6 +25,8 @@ from uuid import UUID
 
 from eventsourcing.persistence import Notification
 
+from ledger.eventsql import STREAM_ORDER, stored_events_query
+
 #: the "previous hash" of a stream's first event
 GENESIS = bytes(32)
 #: the stored events table's column holding each event's chain hash
@@ -177,8 +179,6 @@ _IN_LIST = 500
 
 def _scan(app: Any, head: int, streams: list[UUID] | None, page: int, after: int,
           by_notification: bool) -> Iterator[HashedNotification]:
-    from eventsourcing.sqlite import SQLiteDatastore
-
     recorder = app.recorder
     datastore = getattr(recorder, "datastore", None)
     if datastore is None:  # the in-memory store (tests): its whole log is in memory anyway; no hashes
@@ -191,24 +191,14 @@ def _scan(app: Any, head: int, streams: list[UUID] | None, page: int, after: int
             yield HashedNotification(id=n.id, originator_id=n.originator_id, originator_version=n.originator_version,
                                      topic=n.topic, state=n.state)
         return
-    if isinstance(datastore, SQLiteDatastore):
-        table, nid, param = recorder.events_table_name, "rowid", "?"
-    else:
-        table = f'"{datastore.schema}"."{recorder.events_table_name}"'
-        nid, param = "notification_id", "%s"
     hashed = f", {COLUMN}" if has_column(recorder) else ", NULL AS " + COLUMN
-    select = (f"SELECT {nid} AS nid, originator_id, originator_version, topic, state{hashed} FROM {table} "
-              f"WHERE {nid} <= {param}")
+    query = stored_events_query(recorder, head, extra=hashed, streams=streams)
+    select, first, nid, param = query.select, query.params, query.nid, query.param
     convert = getattr(recorder, "convert_originator_id", _uuid)
-    first: tuple[Any, ...] = (head,)
-    if streams is not None:
-        select += f" AND originator_id IN ({', '.join([param] * len(streams))})"
-        first = (head, *(s.hex if param == "?" else s for s in streams))
     if by_notification:
         order, keyset = f" ORDER BY {nid} LIMIT {int(page)}", f" AND {nid} > {param}"
     else:
-        order = f" ORDER BY originator_id, originator_version LIMIT {int(page)}"
-        keyset = f" AND (originator_id, originator_version) > ({param}, {param})"
+        order, keyset = f"{STREAM_ORDER} LIMIT {int(page)}", query.after_key()
     last: tuple[Any, ...] | None = (after,) if by_notification and after else None
     while True:
         with datastore.transaction(commit=False) as cur:

@@ -12,17 +12,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from projections.backend import Build, Diff, Failure, Reader, SqlBackend, Switch, TableDiff
+from projections.backend import SqlBackend
 from projections.engine import (
     BIGINT, BOOLEAN, COLUMN_TYPES, INTEGER, JSON, REAL, TEXT, TIMESTAMP, UBIGINT, BuildBusy, BuildGone, BuildsNotAligned,
     Column, Delete, DeleteWhere, MemoryStore, PositionConflict, Projection, ProjectionError, ProjectionFailed, RowOp,
     Rows, Table, Update, UpdateWhere, Upsert,
 )
+from projections.follower import Follower, follow
 from projections.leases import REBUILD, LeaseHolder
-from projections.runner import (
-    Follower, NoRollback, OtherBuild, ProjectionStatus, RebuildResult, catch_up, follow, maintained_version, prune,
-    rebuild, rollback, status,
+from projections.lifecycle import (
+    NoRollback, OtherBuild, ProjectionStatus, RebuildResult, prune, rebuild, rollback, status,
 )
+from projections.reading import Reader
+from projections.records import Build, Diff, Failure, Switch, TableDiff
+from projections.runner import catch_up, maintained_version
 
 
 def open_backend(url: Any) -> SqlBackend:

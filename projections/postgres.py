@@ -31,7 +31,8 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from projections import leases
-from projections.backend import SqlBackend, _identity, _now, _q
+from projections.backend import SqlBackend
+from projections.sqlbase import _identity, _now, _q
 from projections.engine import BIGINT, BOOLEAN, INTEGER, JSON, REAL, TEXT, TIMESTAMP, UBIGINT, BuildBusy, Column, Table
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,8 @@ from typing import Any, Iterator
 import msgspec
 
 from projections import leases
-from projections.backend import SqlBackend, _identity, _now
+from projections.backend import SqlBackend
+from projections.sqlbase import _identity, _now
 from projections.engine import (
     BIGINT, BOOLEAN, INTEGER, JSON, REAL, TEXT, TIMESTAMP, UBIGINT, BuildBusy, Column, ProjectionError,
 )

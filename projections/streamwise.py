@@ -40,6 +40,7 @@ from multiprocessing.connection import wait as wait_for
 from typing import Any, NamedTuple
 from uuid import UUID
 
+from ledger.eventsql import STREAM_ORDER, stored_events_query
 from projections.engine import MemoryStore, Projection, ProjectionError
 
 #: rows inserted per transaction of a stream-wise build
@@ -79,32 +80,10 @@ def read_log(app: Any, head: int, topics: Sequence[str] | None, lo: UUID | None 
              hi: UUID | None = None, page: int = PAGE) -> Iterator[tuple[int, _Stored]]:
     """The stored events with notification ids up to ``head`` (of ``topics``, of originator ids in
     ``[lo, hi)``), in the events table's primary-key order: (notification id, stored event)."""
-    from eventsourcing.sqlite import SQLiteDatastore
-
-    recorder = app.recorder
-    datastore = recorder.datastore
-    sqlite = isinstance(datastore, SQLiteDatastore)
-    conds, params = [], []
-    if sqlite:
-        table, nid, p = recorder.events_table_name, "rowid", "?"
-    else:
-        table, nid, p = f'"{datastore.schema}"."{recorder.events_table_name}"', "notification_id", "%s"
-    conds.append(f"{nid} <= {p}")
-    params.append(head)
-    if topics is not None:
-        if sqlite:
-            conds.append(f"topic IN ({', '.join('?' * len(topics))})")
-            params.extend(topics)
-        else:
-            conds.append("topic = ANY(%s)")
-            params.append(list(topics))
-    for bound, op in ((lo, ">="), (hi, "<")):
-        if bound is not None:
-            conds.append(f"originator_id {op} {p}")
-            params.append(bound.hex if sqlite else bound)
-    select = f"SELECT {nid}, originator_id, originator_version, topic, state FROM {table} WHERE {' AND '.join(conds)}"
-    order = " ORDER BY originator_id, originator_version"
-    if not sqlite:
+    datastore = app.recorder.datastore
+    query = stored_events_query(app.recorder, head, topics=topics, lo=lo, hi=hi)
+    select, params, order = query.select, query.params, STREAM_ORDER
+    if not query.sqlite:
         from psycopg.rows import tuple_row
 
         with (datastore.get_connection() as conn, conn.transaction(),
@@ -119,8 +98,7 @@ def read_log(app: Any, head: int, topics: Sequence[str] | None, lo: UUID | None 
             if last is None:
                 cur.execute(select + order + f" LIMIT {int(page)}", params)
             else:
-                cur.execute(select + " AND (originator_id, originator_version) > (?, ?)" + order
-                            + f" LIMIT {int(page)}", (*params, *last))
+                cur.execute(select + query.after_key() + order + f" LIMIT {int(page)}", (*params, *last))
             rows = cur.fetchall()
         if not rows:
             return

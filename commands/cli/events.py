@@ -1,5 +1,5 @@
-"""``chat-ledger events verify|stats|export|import|rehash`` (``commands.eventlog`` and ``ledger.rehash`` do
-the work)."""
+"""``chat-ledger events verify|stats|export|import|rehash`` (``commands.eventlog_verify``, ``commands.eventlog``,
+``commands.eventlog_transfer`` and ``ledger.rehash`` do the work)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import click
 
 from commands import views
 from commands.cli.context import Ctx, emit_json, json_flag, json_lines_flag, json_option, pass_ctx, print_rows
-from commands.eventlog import export_lines, import_lines, stats, verify
+from commands.eventlog import stats
+from commands.eventlog_transfer import export_lines, import_lines
+from commands.eventlog_verify import verify
 
 
 @click.group()

@@ -38,7 +38,7 @@ from typing import Any
 
 import click
 
-from commands.tools.bench_children import _drop, _fresh_url, _sibling
+from commands.tools.bench_kit import _drop, _fresh_url, _sibling
 
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
 KINDS = ("replay", "rebuild", "throughput", "concurrent", "views", "service", "longchat", "chain")
@@ -141,7 +141,7 @@ def _in_streamwise(kind: str, url: str, *extra: str) -> dict[str, Any]:
 
 def _chain_cost(backend: str, pg_url: str, tmp: str, commands: int) -> dict[str, Any]:
     """Command throughput and a rebuild with hash chains and without, interleaved in one child
-    (``bench_children.child_chain``)."""
+    (``bench_chain.child_chain``)."""
     url = _fresh_url(backend, pg_url, tmp)
     try:
         return _in_child("chain", url, commands)

@@ -32,7 +32,7 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
 
 def _plans(commands: int, clients: int) -> list[tuple[Any, Any, list[dict[str, Any]]]]:
     """Per client: its organization, its user and its commands (whole chats, about commands/clients)."""
-    from commands.tools.bench_children import chat_script_commands
+    from commands.tools.bench_writes import chat_script_commands
     from commands.tools.workload import ORGS, USERS
 
     rng = random.Random(18)
@@ -157,7 +157,7 @@ def _over_http(url: str, plans: list[Any]) -> dict[str, Any]:
 
 
 def child_service(url: str, commands: int, clients: int = CLIENTS) -> dict[str, Any]:
-    from commands.tools.bench_children import _drop, _sibling
+    from commands.tools.bench_kit import _drop, _sibling
 
     plans = _plans(commands, clients)
     baseline_url = _sibling(url, "inproc")

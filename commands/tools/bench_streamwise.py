@@ -22,14 +22,14 @@ LIBRARY_EVENTS = 5_000
 
 def _scan_decode_chat(app: Any) -> tuple[int, float]:
     """Scan and decode the chat views' events (the topics they read) in log order, 500 at a time."""
-    from commands.tools.bench_children import _scan_decode
+    from commands.tools.bench_kit import _scan_decode
     from projections.chats import CHAT_TOPICS
 
     return _scan_decode(app, CHAT_TOPICS)
 
 
 def child_streamwise(url: str, workers: int) -> dict[str, Any]:
-    from commands.tools.bench_children import _peak_rss_mb
+    from commands.tools.bench_kit import _peak_rss_mb
     from ledger.store import open_app
     from projections import open_backend, rebuild
     from projections.chats import ChatViews

@@ -68,7 +68,7 @@ def record(app: Any) -> None:
 
 
 def main(path: str) -> None:
-    from commands.eventlog import export_lines
+    from commands.eventlog_transfer import export_lines
     from ledger.store import ChatLedgerApp
 
     with tempfile.TemporaryDirectory() as d:

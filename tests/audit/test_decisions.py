@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from commands.asof import AsOf
 from commands.cli.main import main
-from commands.eventlog import export_lines, import_lines, verify
+from commands.eventlog_transfer import export_lines, import_lines
+from commands.eventlog_verify import verify
 from commands.next_action import decide_chat
 from commands.redecide import check_decisions
 from commands.tools.sim_checks import check_decisions as check_simulated

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from commands.catalog import claim_owner, find_catalog, find_deployment
-from commands.eventlog import verify
+from commands.eventlog_verify import verify
 from commands.toolcalls import load_execution
 from ledger.base import Emitter
 from ledger.catalog.aggregate import Deployment, ModelConfigClaim, OrganizationCatalog

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator
 import psycopg
 import pytest
 
-from commands.eventlog import export_lines
+from commands.eventlog_transfer import export_lines
 from commands.tools.workload import generate
 from commands.handler import command_from_dict, execute
 from ledger.store import DatabaseURL, open_app

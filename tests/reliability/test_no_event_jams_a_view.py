@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from commands import views
-from commands.eventlog import verify
+from commands.eventlog_verify import verify
 from commands.handler import command_from_dict, command_types, execute
 from ledger.chat.events import ArchivedSet
 from ledger.chat.values import MAX_INT64, MAX_TOOL_CALL_ID

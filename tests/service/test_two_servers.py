@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import threading
 
-from commands.eventlog import verify
+from commands.eventlog_verify import verify
 from commands.views import all_projections
 from ledger.store import open_app
 from projections import open_backend

@@ -13,7 +13,7 @@ from eventsourcing.persistence import OperationalError, StoredEvent
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from commands.eventlog import verify
+from commands.eventlog_verify import verify
 from ledger.base import fast_project
 from ledger.chat.aggregate import Chat
 from ledger.chat.state import MessageInfo

@@ -1,0 +1,138 @@
+"""Reads of the views: ``SqlBackend.reading``/``snapshot``/``query`` and their ``Reader`` and ``Snapshot``."""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping
+
+from projections.engine import OrderBy, Projection, ProjectionError, Table, parse_order_by, physical_name
+from projections.builds import Bookkeeping
+from projections.records import Failure
+from projections.sqlbase import _q
+
+
+class Reading(Bookkeeping):
+    """Reads of a live build (or a given one), each in one read transaction."""
+
+    @contextmanager
+    def reading(self, projection: Projection | type[Projection] | str,
+                version: int | None = None) -> Iterator[Reader]:
+        """A reader of the LIVE version's tables (or of build ``version``), all reads in one snapshot::
+
+            with backend.reading("chat_status") as r:
+                chats = r.query("status", where={"organization_id": org}, order_by="-updated_at")
+
+        Raises ``ProjectionError`` when the projection has no live version yet (catch it up first)."""
+        name = projection if isinstance(projection, str) else projection.name
+        with self._read_tx() as cur:
+            reader = self._reader(cur, name, version)
+            if reader is None:
+                if version is not None:
+                    raise ProjectionError(f"projection {name} has no build v{version}")
+                raise ProjectionError(f"projection {name} has no live version yet: catch it up first")
+            yield reader
+
+    def _reader(self, cur: Any, name: str, version: int | None) -> Reader | None:
+        if version is None:
+            cur.execute(self._sql(
+                f"SELECT l.version, t.fingerprint, t.definition FROM {self._qualify('projection_live')} l "
+                f"JOIN {self._qualify('projection_tracking')} t ON t.projection = l.projection "
+                "AND t.version = l.version WHERE l.projection = %s"), (name,))
+        else:
+            cur.execute(self._sql(
+                f"SELECT version, fingerprint, definition FROM {self._qualify('projection_tracking')} "
+                "WHERE projection = %s AND version = %s"), (name, version))
+        row = cur.fetchone()
+        if row is None:
+            return None
+        version, fingerprint, definition = row
+        tables = self._definitions.get((name, version, fingerprint))
+        if tables is None:
+            specs = json.loads(definition) if isinstance(definition, str) else definition
+            tables = {s["name"]: Table.from_spec(s) for s in specs}
+            self._definitions[(name, version, fingerprint)] = tables
+        return Reader(self, cur, name, version, tables)
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Snapshot]:
+        """One read transaction over every projection's live build, position and recorded failure (what
+        ``events verify`` compares with the log)."""
+        with self._read_tx() as cur:
+            yield Snapshot(self, cur)
+
+    def stored_form(self, table: Table, row: dict[str, Any]) -> dict[str, Any]:
+        """A normalized row as reading it back from this database gives it (PostgreSQL: see NUL)."""
+        return row
+
+    def query(self, projection: Projection | type[Projection] | str, table: str,
+              where: Mapping[str, Any] | None = None, order_by: OrderBy = None,
+              limit: int | None = None, version: int | None = None) -> list[dict[str, Any]]:
+        """Rows of ``table`` in the live version (or build ``version``): ``where`` = {column: value |
+        [values] | None}, ``order_by`` = "col" | "-col" | [..] (default: primary key order). Values are
+        canonical (text as str, timestamps as aware UTC datetimes, json as builtins)."""
+        with self.reading(projection, version) as r:
+            return r.query(table, where, order_by, limit)
+
+
+class Reader:
+    """Reads one live version inside one read transaction (see ``SqlBackend.reading``)."""
+
+    def __init__(self, backend: Reading, cur: Any, name: str, version: int, tables: dict[str, Table]) -> None:
+        self.backend, self.cur, self.projection, self.version, self.tables = backend, cur, name, version, tables
+
+    def query(self, table: str, where: Mapping[str, Any] | None = None, order_by: OrderBy = None,
+              limit: int | None = None) -> list[dict[str, Any]]:
+        t = self.tables.get(table)
+        if t is None:
+            raise ProjectionError(f"projection {self.projection} v{self.version} has no table {table!r}")
+        return self.backend._select(self.cur, t, physical_name(self.projection, self.version, table),
+                                    t.normalize_where(where), parse_order_by(t, order_by), limit)
+
+    def scan(self, table: str, page: int = 1000) -> Iterator[dict[str, Any]]:
+        """Every row of ``table`` in primary-key order, read ``page`` rows at a time (memory stays bounded)."""
+        t = self.tables[table]
+        b = self.backend
+        keys = t.primary_key
+        encoders = [b._encoder(t.column(k)) for k in keys]
+        select = f"SELECT {', '.join(map(_q, t.column_names))} FROM {b._qualify(physical_name(self.projection, self.version, table))}"
+        after = f" WHERE ({', '.join(map(_q, keys))}) > ({', '.join([b.PARAM] * len(keys))})"
+        order = f" ORDER BY {', '.join(map(_q, keys))} LIMIT {int(page)}"
+        last: tuple[Any, ...] | None = None
+        while True:
+            if last is None:
+                self.cur.execute(select + order)
+            else:
+                self.cur.execute(select + after + order, [e(v) for e, v in zip(encoders, last)])
+            rows = b._decode_rows(t, self.cur.fetchall())
+            if not rows:
+                return
+            yield from rows
+            last = t.key_of(rows[-1])
+
+    def position(self) -> int:
+        """The notification the rows read here reflect (same snapshot as ``query``)."""
+        b = self.backend
+        self.cur.execute(b._sql(f"SELECT position FROM {b._qualify('projection_tracking')} "
+                                "WHERE projection = %s AND version = %s"), (self.projection, self.version))
+        return self.cur.fetchone()[0]
+
+
+class Snapshot:
+    """Reads of several projections in one read transaction (``SqlBackend.snapshot``)."""
+
+    def __init__(self, backend: Reading, cur: Any) -> None:
+        self.backend, self.cur = backend, cur
+
+    def live(self, name: str) -> Reader | None:
+        """A reader of the projection's live build, or None when nothing is live."""
+        return self.backend._reader(self.cur, name, None)
+
+    def build(self, name: str, version: int) -> Reader | None:
+        """A reader of build ``version``, or None when there is no such build."""
+        return self.backend._reader(self.cur, name, version)
+
+    def failure(self, name: str, version: int) -> Failure | None:
+        b = self.backend
+        q = b._FAILURES.format(b._qualify("projection_failures")) + " WHERE projection = %s AND version = %s"
+        return b._failures(self.cur, q, (name, version)).get((name, version))
