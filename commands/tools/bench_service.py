@@ -10,16 +10,19 @@ event's recorded time) p99 of an auditor's stream per organization while the cli
 
 from __future__ import annotations
 
-import json
+import asyncio
+import os
 import random
+import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, AsyncIterator
+
+import msgspec
 
 CLIENTS = 8
 
@@ -75,8 +78,8 @@ def _serve(url: str) -> tuple[subprocess.Popen[bytes], str]:
     import httpx
 
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "commands.cli.main", "--db", url, "serve", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    argv = [sys.executable, "-m", "commands.cli.main", "--db", url, "serve", "--port", str(port)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
@@ -89,9 +92,73 @@ def _serve(url: str) -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("serve did not start")
 
 
-def _over_http(url: str, plans: list[Any]) -> dict[str, Any]:
-    import httpx
+def _profiler(pid: int) -> subprocess.Popen[bytes] | None:
+    """``CHAT_LEDGER_BENCH_PYSPY=FILE``: sample every thread of the server with py-spy (if installed) while
+    the clients run, as folded stacks in FILE (one line per distinct stack and its sample count)."""
+    out = os.environ.get("CHAT_LEDGER_BENCH_PYSPY")
+    if not out:
+        return None
+    return subprocess.Popen(["py-spy", "record", "--pid", str(pid), *os.environ.get("CHAT_LEDGER_BENCH_PYSPY_FLAGS", "--threads --idle").split(), "--rate", "250",
+                             "--format", "raw", "-o", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
+
+class _Connection:
+    """One keep-alive HTTP/1.1 connection on asyncio streams: requests are pre-encoded bytes, a response is
+    its status and body (Content-Length or chunked). The bench's clients are these, all on one event loop in
+    the bench process, so they cost the shared cores little (a client library such as httpx in threads spent
+    about as much CPU per request as the server)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str,
+                 secret: str) -> None:
+        self.reader, self.writer = reader, writer
+        self.head = f"Host: {host}\r\nAuthorization: Bearer {secret}\r\n".encode()
+
+    @classmethod
+    async def open(cls, host: str, port: int, secret: str) -> _Connection:
+        reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
+        return cls(reader, writer, f"{host}:{port}", secret)
+
+    def close(self) -> None:
+        self.writer.close()
+
+    async def _headers(self) -> tuple[int, dict[bytes, bytes]]:
+        raw = await self.reader.readuntil(b"\r\n\r\n")
+        status_line, *lines = raw[:-4].split(b"\r\n")
+        headers = {}
+        for line in lines:
+            name, _, value = line.partition(b":")
+            headers[name.strip().lower()] = value.strip()
+        return int(status_line.split(b" ", 2)[1]), headers
+
+    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+        self.writer.write(b"%s %s HTTP/1.1\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                          % (method.encode(), path.encode(), self.head, len(body), body))
+        status, headers = await self._headers()
+        if headers.get(b"transfer-encoding") == b"chunked":
+            return status, b"".join([chunk async for chunk in self.chunks()])
+        return status, await self.reader.readexactly(int(headers.get(b"content-length", b"0")))
+
+    async def stream(self, path: str) -> AsyncIterator[bytes]:
+        """The chunks of a streamed (chunked) GET response, as they arrive; first an empty one once the
+        response has started (the stream is open)."""
+        self.writer.write(b"GET %s HTTP/1.1\r\n%s\r\n" % (path.encode(), self.head))
+        status, _ = await self._headers()
+        if status != 200:
+            raise RuntimeError(f"GET {path}: {status}")
+        yield b""
+        async for chunk in self.chunks():
+            yield chunk
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        while True:
+            size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            data = await self.reader.readexactly(size + 2)
+            if size == 0:
+                return
+            yield data[:-2]
+
+
+def _over_http(url: str, plans: list[Any]) -> dict[str, Any]:
     from commands.tokens import issue_token
     from commands.tools.workload import setup_catalogs
     from ledger.store import open_app
@@ -103,57 +170,94 @@ def _over_http(url: str, plans: list[Any]) -> dict[str, Any]:
                 for org in {org for org, _, _ in plans}}
     app.close()
     proc, base = _serve(url)
-    lags: list[float] = []
-    refused: list[Any] = []
-    latencies: list[list[float]] = [[] for _ in plans]
-    stop = threading.Event()
-    ready = threading.Barrier(len(auditors) + 1)
-
-    def listen(org: Any, secret: str) -> None:
-        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {secret}"}, timeout=60) as c:
-            head = c.get("/v1/events", params={"limit": 1}).json()["head"]
-            with c.stream("GET", "/v1/events/stream", params={"org": str(org), "after": head}) as r:
-                ready.wait()
-                for line in r.iter_lines():
-                    if line.startswith("data:"):
-                        stamp = json.loads(line[5:])["timestamp"]
-                        lags.append(time.time() - datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp())
-                    if stop.is_set():
-                        return
-
-    def client(i: int) -> None:
-        _, _, plan = plans[i]
-        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {secrets[i]}"}, timeout=60) as c:
-            for cmd in plan:
-                t = time.perf_counter()
-                r = c.post("/v1/commands", json=cmd)
-                latencies[i].append(time.perf_counter() - t)
-                if not r.json().get("ok"):
-                    refused.append(r.json())
-
     try:
-        listeners = [threading.Thread(target=listen, args=item, daemon=True) for item in auditors.items()]
-        for t in listeners:
-            t.start()
-        ready.wait(timeout=60)
-        workers = [threading.Thread(target=client, args=(i,)) for i in range(len(plans))]
-        t0 = time.perf_counter()
-        for t in workers:
-            t.start()
-        for t in workers:
-            t.join()
-        wall = time.perf_counter() - t0
-        n = sum(len(x) for x in latencies)
-        deadline = time.monotonic() + 10
-        while len(lags) < n and time.monotonic() < deadline:
-            time.sleep(0.05)  # the streams deliver the last events
-        stop.set()
+        _wait_views(base, secrets[0])
+        profiler = _profiler(proc.pid)
+        try:
+            return asyncio.run(_drive(base, plans, secrets, auditors))
+        finally:
+            if profiler is not None:
+                profiler.send_signal(signal.SIGINT)  # py-spy writes its samples on SIGINT
+                profiler.wait(timeout=30)
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+def _wait_views(base: str, secret: str) -> None:
+    """Until the server's follower has built its views of the setup (the catalogs, the tokens), so the clock
+    measures the service recording commands, not a first build the in-process run never does."""
+    import httpx
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        ready = httpx.get(f"{base}/readyz", timeout=30).json()
+        if ready.get("projections") and all(p["lag"] == 0 for p in ready["projections"]):
+            return
+        time.sleep(0.1)
+
+
+async def _drive(base: str, plans: list[Any], secrets: list[str], auditors: dict[Any, str]) -> dict[str, Any]:
+    host, port = base.removeprefix("http://").split(":")
+    lags: list[float] = []
+    refused: list[Any] = []
+    latencies: list[list[float]] = [[] for _ in plans]
+    decode_event = msgspec.json.Decoder(_Stamp).decode
+    listening = []
+
+    async def listen(org: Any, secret: str) -> None:
+        conn = await _Connection.open(host, int(port), secret)
+        _, body = await conn.request("GET", "/v1/events?limit=1")
+        head = msgspec.json.decode(body)["head"]
+        buffer = b""
+        try:
+            async for chunk in conn.stream(f"/v1/events/stream?org={org}&after={head}"):
+                if not listening or listening[-1] is not conn:
+                    listening.append(conn)
+                now = time.time()
+                buffer += chunk
+                *messages, buffer = buffer.split(b"\r\n\r\n" if b"\r\n\r\n" in buffer else b"\n\n")
+                for message in messages:
+                    for line in message.splitlines():
+                        if line.startswith(b"data:"):
+                            lags.append(now - decode_event(line[5:]).timestamp.timestamp())
+        finally:
+            conn.close()
+
+    async def client(i: int) -> None:
+        conn = await _Connection.open(host, int(port), secrets[i])
+        encode = msgspec.json.encode
+        try:
+            for cmd in plans[i][2]:
+                t = time.perf_counter()
+                _, body = await conn.request("POST", "/v1/commands", encode(cmd))
+                latencies[i].append(time.perf_counter() - t)
+                if b'"ok":true' not in body:
+                    refused.append(msgspec.json.decode(body))
+        finally:
+            conn.close()
+
+    listeners = [asyncio.create_task(listen(org, secret)) for org, secret in auditors.items()]
+    while len(listening) < len(auditors):  # every stream is open
+        await asyncio.sleep(0.01)
+        if any(t.done() for t in listeners):
+            await asyncio.gather(*listeners)
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client(i) for i in range(len(plans))))
+    wall = time.perf_counter() - t0
+    n = sum(len(x) for x in latencies)
+    deadline = time.monotonic() + 10
+    while len(lags) < n and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)  # the streams deliver the last events
+    for t in listeners:
+        t.cancel()
     return {"commands": n, "clients": len(plans), "commands_per_s": round(n / wall), "refused": len(refused),
             "first_refused": refused[:3], **_percentiles([x for xs in latencies for x in xs]),
             "sse": {"events": len(lags), "streams": len(auditors), **_percentiles(lags)}}
+
+
+class _Stamp(msgspec.Struct):
+    timestamp: datetime
 
 
 def child_service(url: str, commands: int, clients: int = CLIENTS) -> dict[str, Any]:
