@@ -757,16 +757,23 @@ class SqlBackend:
 
     def query(self, projection: Projection | type[Projection] | str, table: str,
               where: Mapping[str, Any] | None = None, order_by: OrderBy = None,
-              limit: int | None = None, version: int | None = None) -> list[dict[str, Any]]:
+              limit: int | None = None, version: int | None = None,
+              after: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         """Rows of ``table`` in the live version (or build ``version``): ``where`` = {column: value |
-        [values] | None}, ``order_by`` = "col" | "-col" | [..] (default: primary key order). Values are
+        [values] | None}, ``order_by`` = "col" | "-col" | [..] (default: primary key order), ``after`` =
+        {column: value, ..}: only rows whose (columns) > (values), a keyset page. Values are
         canonical (text as str, timestamps as aware UTC datetimes, json as builtins)."""
         with self.reading(projection, version) as r:
-            return r.query(table, where, order_by, limit)
+            return r.query(table, where, order_by, limit, after)
 
     def _select(self, cur: Any, table: Table, name: str, where: Mapping[str, Any],
-                order: list[tuple[str, bool]], limit: int | None = None) -> list[dict[str, Any]]:
+                order: list[tuple[str, bool]], limit: int | None = None,
+                after: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         w, params = self._where(table, where)
+        if after:
+            keyset = f"({', '.join(map(_q, after))}) > ({', '.join([self.PARAM] * len(after))})"
+            w = f"{w} AND {keyset}" if w else f" WHERE {keyset}"
+            params += [self._encoder(table.column(c))(v) for c, v in after.items()]
         sql = f"SELECT {', '.join(map(_q, table.column_names))} FROM {self._qualify(name)}{w}{self._order(order)}"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
@@ -913,12 +920,12 @@ class Reader:
         self.backend, self.cur, self.projection, self.version, self.tables = backend, cur, name, version, tables
 
     def query(self, table: str, where: Mapping[str, Any] | None = None, order_by: OrderBy = None,
-              limit: int | None = None) -> list[dict[str, Any]]:
+              limit: int | None = None, after: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         t = self.tables.get(table)
         if t is None:
             raise ProjectionError(f"projection {self.projection} v{self.version} has no table {table!r}")
         return self.backend._select(self.cur, t, physical_name(self.projection, self.version, table),
-                                    t.normalize_where(where), parse_order_by(t, order_by), limit)
+                                    t.normalize_where(where), parse_order_by(t, order_by), limit, after)
 
     def scan(self, table: str, page: int = 1000) -> Iterator[dict[str, Any]]:
         """Every row of ``table`` in primary-key order, read ``page`` rows at a time (memory stays bounded)."""
