@@ -114,13 +114,13 @@ class LogWatcher:
         while not self._halt.is_set():
             self._wake.wait(self.poll)
             self._wake.clear()
-            try:
-                head = self.app.head()
-                while head > self._read and not self._halt.is_set():
+            try:  # one query per wake-up when nothing is new (no separate look at the head)
+                while not self._halt.is_set():
                     read = self._read_page()
-                    if not read[1]:
+                    if read[1]:
+                        self._hand_over(read)
+                    if len(read[1]) < READ_PAGE:
                         break
-                    self._hand_over(read)
             except Exception as e:  # the database is away: streams wait, readers see the error themselves
                 log.warning("log watcher: %s", e)
                 self._halt.wait(0.5)

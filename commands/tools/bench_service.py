@@ -1,11 +1,18 @@
 """``chat-ledger bench --only service``: the ledger service under load vs ``apply`` in one process.
 
-The same commands (small simulated chats, ``chat_script_commands``) are run twice, each on a fresh
-database in the same run: in this process, one after the other through the handler (``apply``'s path);
-then by ``CLIENTS`` concurrent HTTP clients (threads, one keep-alive connection each, one chat at a time
-per client, as its own organization member with a token) against a real ``chat-ledger serve`` process on
-loopback. Figures: commands/s and p50/p99 latency of each; the SSE delivery lag (receipt time minus the
-event's recorded time) p99 of an auditor's stream per organization while the clients write.
+The same commands (small simulated chats, ``chat_script_commands``) are run in two arms, each on its own
+fresh database, in the same run: in this process, one after the other through the handler (``apply``'s
+path); and by ``CLIENTS`` concurrent HTTP clients (one keep-alive connection each, one command per request,
+whole chats in order, each client an organization member with its own token) against a real ``chat-ledger
+serve`` process on loopback. The arms alternate in ``CHUNKS`` chunks in ABBA order (every client's next
+slice of commands), so that a machine whose load or disk changes during the run weighs on both arms alike;
+each arm's rate is its commands over the sum of its chunks' times. Between chunks, off the clock, the
+streams receive every event of the chunk and the server's views catch up.
+
+The clients (``_Connection``) are pre-encoded HTTP/1.1 requests on asyncio streams, all on one event loop
+in the bench process, so they take little of the cores the server needs. Figures: commands/s and p50/p99
+latency of each arm; the SSE delivery lag (receipt time minus the event's recorded time) p50/p99 of an
+auditor's stream per organization, every event of the run.
 """
 
 from __future__ import annotations
@@ -49,23 +56,31 @@ def _plans(commands: int, clients: int) -> list[tuple[Any, Any, list[dict[str, A
     return plans
 
 
-def _in_process(url: str, plans: list[Any]) -> dict[str, Any]:
-    from commands.handler import command_from_dict, execute
-    from commands.tools.workload import setup_catalogs
-    from ledger.store import open_app
+class _InProcess:
+    """The baseline arm: the handler in this process on its own ledger (``apply``'s path)."""
 
-    app = open_app(url)
-    setup_catalogs(app)
-    cmds = [command_from_dict(c) for _, _, plan in plans for c in plan]
-    latencies = []
-    t0 = time.perf_counter()
-    for cmd in cmds:
-        t = time.perf_counter()
-        execute(app, cmd)
-        latencies.append(time.perf_counter() - t)
-    wall = time.perf_counter() - t0
-    app.close()
-    return {"commands": len(cmds), "commands_per_s": round(len(cmds) / wall), **_percentiles(latencies)}
+    def __init__(self, url: str) -> None:
+        from commands.tools.workload import setup_catalogs
+        from ledger.store import open_app
+
+        self.app = open_app(url)
+        setup_catalogs(self.app)
+        self.latencies: list[float] = []
+        self.wall = 0.0
+
+    def run(self, commands: list[Any]) -> None:
+        from commands.handler import execute
+
+        t0 = time.perf_counter()
+        for cmd in commands:
+            t = time.perf_counter()
+            execute(self.app, cmd)
+            self.latencies.append(time.perf_counter() - t)
+        self.wall += time.perf_counter() - t0
+
+    def figures(self) -> dict[str, Any]:
+        n = len(self.latencies)
+        return {"commands": n, "commands_per_s": round(n / self.wall), **_percentiles(self.latencies)}
 
 
 def _free_port() -> int:
@@ -158,7 +173,7 @@ class _Connection:
             yield data[:-2]
 
 
-def _over_http(url: str, plans: list[Any]) -> dict[str, Any]:
+def _run_arms(url: str, baseline_url: str, plans: list[Any], chunks: int) -> dict[str, Any]:
     from commands.tokens import issue_token
     from commands.tools.workload import setup_catalogs
     from ledger.store import open_app
@@ -169,12 +184,13 @@ def _over_http(url: str, plans: list[Any]) -> dict[str, Any]:
     auditors = {org: issue_token(app, user=uuid.UUID(int=0xD000), org=org, role="auditor")["secret"]
                 for org in {org for org, _, _ in plans}}
     app.close()
+    baseline = _InProcess(baseline_url)
     proc, base = _serve(url)
     try:
         _wait_views(base, secrets[0])
         profiler = _profiler(proc.pid)
         try:
-            return asyncio.run(_drive(base, plans, secrets, auditors))
+            http = asyncio.run(_drive(base, plans, secrets, auditors, baseline, chunks))
         finally:
             if profiler is not None:
                 profiler.send_signal(signal.SIGINT)  # py-spy writes its samples on SIGINT
@@ -182,6 +198,10 @@ def _over_http(url: str, plans: list[Any]) -> dict[str, Any]:
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+        baseline.app.close()
+    inproc = baseline.figures()
+    return {"in_process": inproc, "http": http, "chunks": chunks,
+            "ratio": round(http["commands_per_s"] / inproc["commands_per_s"], 2)}
 
 
 def _wait_views(base: str, secret: str) -> None:
@@ -197,7 +217,15 @@ def _wait_views(base: str, secret: str) -> None:
         time.sleep(0.1)
 
 
-async def _drive(base: str, plans: list[Any], secrets: list[str], auditors: dict[Any, str]) -> dict[str, Any]:
+def _slices(plan: list[Any], chunks: int) -> list[list[Any]]:
+    step = -(-len(plan) // chunks)
+    return [plan[k * step:(k + 1) * step] for k in range(chunks)]
+
+
+async def _drive(base: str, plans: list[Any], secrets: list[str], auditors: dict[Any, str],
+                 baseline: _InProcess, chunks: int) -> dict[str, Any]:
+    from commands.handler import command_from_dict
+
     host, port = base.removeprefix("http://").split(":")
     lags: list[float] = []
     refused: list[Any] = []
@@ -224,31 +252,45 @@ async def _drive(base: str, plans: list[Any], secrets: list[str], auditors: dict
         finally:
             conn.close()
 
-    async def client(i: int) -> None:
-        conn = await _Connection.open(host, int(port), secrets[i])
-        encode = msgspec.json.encode
-        try:
-            for cmd in plans[i][2]:
-                t = time.perf_counter()
-                _, body = await conn.request("POST", "/v1/commands", encode(cmd))
-                latencies[i].append(time.perf_counter() - t)
-                if b'"ok":true' not in body:
-                    refused.append(msgspec.json.decode(body))
-        finally:
-            conn.close()
+    async def client(i: int, conn: _Connection, commands: list[bytes]) -> None:
+        for body in commands:
+            t = time.perf_counter()
+            _, answer = await conn.request("POST", "/v1/commands", body)
+            latencies[i].append(time.perf_counter() - t)
+            if b'"ok":true' not in answer:
+                refused.append(msgspec.json.decode(answer))
 
     listeners = [asyncio.create_task(listen(org, secret)) for org, secret in auditors.items()]
     while len(listening) < len(auditors):  # every stream is open
         await asyncio.sleep(0.01)
         if any(t.done() for t in listeners):
             await asyncio.gather(*listeners)
-    t0 = time.perf_counter()
-    await asyncio.gather(*(client(i) for i in range(len(plans))))
-    wall = time.perf_counter() - t0
+    # every client's commands, and the baseline's (client after client), chunk by chunk
+    http_chunks = list(zip(*(_slices([msgspec.json.encode(c) for c in plan], chunks) for _, _, plan in plans)))
+    local_chunks = [[command_from_dict(c) for part in parts for c in part]
+                    for parts in zip(*(_slices(plan, chunks) for _, _, plan in plans))]
+    conns = [await _Connection.open(host, int(port), secret) for secret in secrets]
+
+    async def head() -> int:
+        return int(msgspec.json.decode((await conns[0].request("GET", "/v1/events?limit=1"))[1])["head"])
+
+    wall, start = 0.0, await head()
+    for k in range(chunks):
+        for arm in ("http", "local") if k % 4 in (0, 3) else ("local", "http"):  # ABBA
+            if arm == "local":
+                baseline.run(local_chunks[k])  # blocks the loop: nothing is in flight meanwhile
+                continue
+            t0 = time.perf_counter()
+            await asyncio.gather(*(client(i, conns[i], http_chunks[k][i]) for i in range(len(plans))))
+            wall += time.perf_counter() - t0
+            recorded = await head() - start  # every event goes to one auditor's stream (its organization's)
+            deadline = time.monotonic() + 10
+            while len(lags) < recorded and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)  # off the clock: the streams deliver the chunk's last events
+            await asyncio.to_thread(_wait_views, base, secrets[0])  # and the views catch up
+    for conn in conns:
+        conn.close()
     n = sum(len(x) for x in latencies)
-    deadline = time.monotonic() + 10
-    while len(lags) < n and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)  # the streams deliver the last events
     for t in listeners:
         t.cancel()
     return {"commands": n, "clients": len(plans), "commands_per_s": round(n / wall), "refused": len(refused),
@@ -260,14 +302,15 @@ class _Stamp(msgspec.Struct):
     timestamp: datetime
 
 
-def child_service(url: str, commands: int, clients: int = CLIENTS) -> dict[str, Any]:
+#: chunks each arm runs in (ABBA order)
+CHUNKS = 8
+
+
+def child_service(url: str, commands: int, clients: int = CLIENTS, chunks: int = CHUNKS) -> dict[str, Any]:
     from commands.tools.bench_children import _drop, _sibling
 
-    plans = _plans(commands, clients)
     baseline_url = _sibling(url, "inproc")
     try:
-        inproc = _in_process(baseline_url, plans)
+        return _run_arms(url, baseline_url, _plans(commands, clients), chunks)
     finally:
         _drop(baseline_url)
-    http = _over_http(url, plans)
-    return {"in_process": inproc, "http": http, "ratio": round(http["commands_per_s"] / inproc["commands_per_s"], 2)}
