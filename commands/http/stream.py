@@ -128,6 +128,16 @@ async def _events(svc: Service, selection: Filter, position: int) -> AsyncIterat
     the tail, filtered in memory (every notification in the tail was read once for every stream)."""
     encode = msgspec.json.encode
     watcher = svc.watcher
+    watcher.streams += 1
+    try:
+        async for message in _follow(watcher, selection, position, encode):
+            yield message
+    finally:
+        watcher.streams -= 1
+
+
+async def _follow(watcher: Any, selection: Filter, position: int,
+                  encode: Any) -> AsyncIterator[ServerSentEventMessage]:
     while True:
         tail = watcher.since(position)
         if tail is None:

@@ -6,7 +6,7 @@ in log order, each decoded and encoded (the SSE ``data`` text) once, with the st
 tool-call execution stream, its chat. A stream whose position is inside the tail filters it in memory
 (``commands.http.stream``); one further behind (a resume from long ago) reads pages from the database until
 it reaches the tail. The tail holds at most ``TAIL`` notifications (the oldest are dropped and ``floor``
-moves up). It is changed only on the event loop (the thread hands over what it read), so the streams read
+moves up); while no stream is open nothing is read but the head (the tail is empty and ``floor`` = head). It is changed only on the event loop (the thread hands over what it read), so the streams read
 it without a lock, and a stream sees the tail and ``head`` move together.
 
 On PostgreSQL it LISTENs on the event store's NOTIFY channel (each insert notifies) and also polls the head
@@ -62,6 +62,7 @@ class LogWatcher:
         self._ids: list[int] = []
         self._read = self.head  # where the thread's next read starts
         self._chats: dict[UUID, UUID | None] = {}
+        self.streams = 0  # open event streams (changed on the loop; while 0 the thread reads no events)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._event: asyncio.Event | None = None
         self._wake = threading.Event()
@@ -115,6 +116,12 @@ class LogWatcher:
             self._wake.wait(self.poll)
             self._wake.clear()
             try:  # one query per wake-up when nothing is new (no separate look at the head)
+                if not self.streams:  # nobody reads the tail: keep only its head (and floor) current
+                    head = self.app.head()
+                    if head > self._read:
+                        self._read = head
+                        self._hand_over((head, []), reset=True)
+                    continue
                 while not self._halt.is_set():
                     read = self._read_page()
                     if read[1]:
@@ -155,14 +162,18 @@ class LogWatcher:
             self._chats[sid] = UUID(str(first)) if first is not None and UUID(str(first)) != sid else None
         return self._chats[sid]
 
-    def _hand_over(self, read: tuple[int, list[Tailed]]) -> None:
+    def _hand_over(self, read: tuple[int, list[Tailed]], reset: bool = False) -> None:
         if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._extend, *read)
+            self._loop.call_soon_threadsafe(self._extend, *read, reset)
 
-    def _extend(self, head: int, page: list[Tailed]) -> None:
-        """On the loop: append what the thread read, drop the oldest beyond ``TAIL``, wake the streams."""
+    def _extend(self, head: int, page: list[Tailed], reset: bool = False) -> None:
+        """On the loop: append what the thread read, drop the oldest beyond ``TAIL``, wake the streams.
+        ``reset``: the thread skipped to ``head`` without reading (no stream was open), so the tail is empty
+        from there (a stream opened meanwhile below it reads the database until it gets there)."""
         if head <= self.head:
             return
+        if reset:
+            self.tail, self._ids, self.floor = [], [], head
         self.tail.extend(page)
         self._ids.extend(t.id for t in page)
         if len(self.tail) > 2 * TAIL:  # trim now and then, not at every page

@@ -30,20 +30,25 @@ def app(tmp_path_factory):
     a.close()
 
 
-@settings(max_examples=200, deadline=None)
-@given(gaps=st.lists(st.lists(st.integers(1, 3), max_size=12), max_size=25), tail=st.integers(1, 8),
-       probes=st.lists(st.integers(0, 400), max_size=20))
+@settings(max_examples=300, deadline=None)
+@given(gaps=st.lists(st.tuples(st.lists(st.integers(1, 3), max_size=12), st.booleans()), max_size=25),
+       tail=st.integers(1, 8), probes=st.lists(st.integers(0, 400), max_size=20))
 def test_the_tail_holds_every_notification_after_its_floor(app, monkeypatch_module, gaps, tail, probes):
+    """Pages of increasing ids (with gaps: ids a sequence skipped) as the thread reads them, or (``skip``)
+    jumps to a new head without reading, as it does while no stream is open."""
     a, url = app
     monkeypatch_module.setattr(watch, "TAIL", tail)
     w = LogWatcher(a, url)
     w._event = None
     ids, last = [], w.head
-    for page in gaps:  # pages of increasing ids (with gaps: ids a sequence skipped), as the thread reads them
+    for page, skip in gaps:
         batch = []
         for gap in page:
             last += gap
             batch.append(last)
+        if skip:
+            w._extend(last, [], reset=bool(batch))
+            continue
         ids += batch
         w._extend(last if batch else w.head, [_tailed(i) for i in batch])
         assert len(w.tail) <= 2 * tail or w.floor == w.head  # trimmed now and then
@@ -52,8 +57,8 @@ def test_the_tail_holds_every_notification_after_its_floor(app, monkeypatch_modu
         got = w.since(p)
         if p < w.floor:
             assert got is None
-        else:
-            assert [t.id for t in got] == [i for i in ids if i > p]  # every one after p, in order
+        else:  # every one after p, in order (ids skipped over are below the floor)
+            assert [t.id for t in got] == [i for i in ids if i > p]
 
 
 @pytest.fixture(scope="module")
