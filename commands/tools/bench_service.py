@@ -192,7 +192,7 @@ def _run_arms(url: str, baseline_url: str, plans: list[Any], chunks: int) -> dic
         _wait_views(base, secrets[0])
         profiler = _profiler(proc.pid)
         try:
-            http = asyncio.run(_drive(base, plans, secrets, auditors, baseline, chunks))
+            http = asyncio.run(_drive(base, plans, secrets, auditors, baseline, chunks, proc.pid))
         finally:
             if profiler is not None:
                 profiler.send_signal(signal.SIGINT)  # py-spy writes its samples on SIGINT
@@ -219,13 +219,23 @@ def _wait_views(base: str, secret: str) -> None:
         time.sleep(0.1)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (Linux ``/proc``; every thread), 0 where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def _slices(plan: list[Any], chunks: int) -> list[list[Any]]:
     step = -(-len(plan) // chunks)
     return [plan[k * step:(k + 1) * step] for k in range(chunks)]
 
 
 async def _drive(base: str, plans: list[Any], secrets: list[str], auditors: dict[Any, str],
-                 baseline: _InProcess, chunks: int) -> dict[str, Any]:
+                 baseline: _InProcess, chunks: int, server_pid: int) -> dict[str, Any]:
     from commands.handler import command_from_dict
 
     host, port = base.removeprefix("http://").split(":")
@@ -277,14 +287,17 @@ async def _drive(base: str, plans: list[Any], secrets: list[str], auditors: dict
         return int(msgspec.json.decode((await conns[0].request("GET", "/v1/events?limit=1"))[1])["head"])
 
     wall, start = 0.0, await head()
+    client_cpu = server_cpu = 0.0  # CPU seconds of the clients and streams (this process) and of the server
     for k in range(chunks):
         for arm in ("http", "local") if k % 4 in (0, 3) else ("local", "http"):  # ABBA
             if arm == "local":
                 baseline.run(local_chunks[k])  # blocks the loop: nothing is in flight meanwhile
                 continue
-            t0 = time.perf_counter()
+            t0, c0, s0 = time.perf_counter(), time.process_time(), _cpu_seconds(server_pid)
             await asyncio.gather(*(client(i, conns[i], http_chunks[k][i]) for i in range(len(plans))))
             wall += time.perf_counter() - t0
+            client_cpu += time.process_time() - c0
+            server_cpu += _cpu_seconds(server_pid) - s0
             recorded = await head() - start  # every event goes to one auditor's stream (its organization's)
             deadline = time.monotonic() + 10
             while len(lags) < recorded and time.monotonic() < deadline:
@@ -297,6 +310,7 @@ async def _drive(base: str, plans: list[Any], secrets: list[str], auditors: dict
         t.cancel()
     return {"commands": n, "clients": len(plans), "commands_per_s": round(n / wall), "refused": len(refused),
             "first_refused": refused[:3], **_percentiles([x for xs in latencies for x in xs]),
+            "cpu_s": {"wall": round(wall, 2), "server": round(server_cpu, 2), "clients": round(client_cpu, 2)},
             "sse": {"events": len(lags), "streams": len(auditors), **_percentiles(lags)}}
 
 
