@@ -67,12 +67,14 @@ class Reading(Bookkeeping):
 
     def query(self, projection: Projection | type[Projection] | str, table: str,
               where: Mapping[str, Any] | None = None, order_by: OrderBy = None,
-              limit: int | None = None, version: int | None = None) -> list[dict[str, Any]]:
+              limit: int | None = None, version: int | None = None,
+              after: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         """Rows of ``table`` in the live version (or build ``version``): ``where`` = {column: value |
-        [values] | None}, ``order_by`` = "col" | "-col" | [..] (default: primary key order). Values are
+        [values] | None}, ``order_by`` = "col" | "-col" | [..] (default: primary key order), ``after`` =
+        {column: value, ..}: only rows whose (columns) > (values), a keyset page. Values are
         canonical (text as str, timestamps as aware UTC datetimes, json as builtins)."""
         with self.reading(projection, version) as r:
-            return r.query(table, where, order_by, limit)
+            return r.query(table, where, order_by, limit, after)
 
 
 class Reader:
@@ -82,12 +84,12 @@ class Reader:
         self.backend, self.cur, self.projection, self.version, self.tables = backend, cur, name, version, tables
 
     def query(self, table: str, where: Mapping[str, Any] | None = None, order_by: OrderBy = None,
-              limit: int | None = None) -> list[dict[str, Any]]:
+              limit: int | None = None, after: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         t = self.tables.get(table)
         if t is None:
             raise ProjectionError(f"projection {self.projection} v{self.version} has no table {table!r}")
         return self.backend._select(self.cur, t, physical_name(self.projection, self.version, table),
-                                    t.normalize_where(where), parse_order_by(t, order_by), limit)
+                                    t.normalize_where(where), parse_order_by(t, order_by), limit, after)
 
     def scan(self, table: str, page: int = 1000) -> Iterator[dict[str, Any]]:
         """Every row of ``table`` in primary-key order, read ``page`` rows at a time (memory stays bounded)."""

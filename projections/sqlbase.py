@@ -253,8 +253,13 @@ class SqlBase:
         return [{c: (d(v) if v is not None else None) for c, d, v in zip(cols, dec, r)} for r in rows]
 
     def _select(self, cur: Any, table: Table, name: str, where: Mapping[str, Any],
-                order: list[tuple[str, bool]], limit: int | None = None) -> list[dict[str, Any]]:
+                order: list[tuple[str, bool]], limit: int | None = None,
+                after: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         w, params = self._where(table, where)
+        if after:
+            keyset = f"({', '.join(map(_q, after))}) > ({', '.join([self.PARAM] * len(after))})"
+            w = f"{w} AND {keyset}" if w else f" WHERE {keyset}"
+            params += [self._encoder(table.column(c))(v) for c, v in after.items()]
         sql = f"SELECT {', '.join(map(_q, table.column_names))} FROM {self._qualify(name)}{w}{self._order(order)}"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"

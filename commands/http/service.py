@@ -60,7 +60,7 @@ class Service:
         self.app = self.ledger.app
         self.tokens = TokenIndex(self.app)
         self.scopes = Scopes(self.app)
-        self.watcher = LogWatcher(self.app, url, poll_interval)
+        self.watcher = LogWatcher(self.app, url, poll_interval, self.scopes)
         self.follow = follow
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []

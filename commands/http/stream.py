@@ -55,12 +55,17 @@ class Filter:
     def keeps(self, n: Any) -> bool:
         sid = n.originator_id if isinstance(n.originator_id, UUID) else UUID(str(n.originator_id))
         resource = self.svc.scopes.of(sid)
+        return self.keeps_stream(sid, resource, lambda: self._chat_of(sid))
+
+    def keeps_stream(self, sid: UUID, resource: Any, chat_of: Any) -> bool:
+        """Whether events of stream ``sid`` (of ``resource``) are shown; ``chat_of()`` the chat of a tool-call
+        execution stream, asked only when it matters."""
         if resource is None or access.may(self.p, "read", resource) is not None:
             return False
         if self.org is not None and resource.org != self.org:
             return False
         if self.chat is not None and sid != self.chat:
-            return resource.kind == "chat" and self._chat_of(sid) == self.chat
+            return resource.kind == "chat" and chat_of() == self.chat
         return True
 
     def _chat_of(self, sid: UUID) -> Any:
@@ -119,15 +124,39 @@ def get_stream(request: Request[Any, Any, Any], principal: Principal, state: Sta
 
 
 async def _events(svc: Service, selection: Filter, position: int) -> AsyncIterator[ServerSentEventMessage]:
+    """From ``position`` on: pages from the database while the stream is behind the watcher's tail, then
+    the tail, filtered in memory (every notification in the tail was read once for every stream)."""
     encode = msgspec.json.encode
+    watcher = svc.watcher
+    watcher.streams += 1
+    try:
+        async for message in _follow(watcher, selection, position, encode):
+            yield message
+    finally:
+        watcher.streams -= 1
+
+
+async def _follow(watcher: Any, selection: Filter, position: int,
+                  encode: Any) -> AsyncIterator[ServerSentEventMessage]:
     while True:
-        page = await asyncio.to_thread(selection.page, position, SCAN_PAGE)
-        for event in page.events:
-            yield ServerSentEventMessage(data=encode(event).decode(), id=event.notification_id, event=event.type)
-        position = page.next_after
-        if page.events or position < svc.watcher.head:
-            continue
-        if not await svc.watcher.wait_beyond(position, KEEPALIVE):
+        tail = watcher.since(position)
+        if tail is None:
+            page = await asyncio.to_thread(selection.page, position, SCAN_PAGE)
+            for event in page.events:
+                yield ServerSentEventMessage(data=encode(event).decode(), id=event.notification_id,
+                                             event=event.type)
+            position = page.next_after
+            if page.events or position < watcher.head:
+                continue
+        else:
+            head = watcher.head
+            for t in tail:
+                if selection.keeps_stream(t.stream_id, t.resource, lambda t=t: t.chat):
+                    yield ServerSentEventMessage(data=t.data, id=t.id, event=t.type)
+            position = max(position, head)
+            if watcher.head > position:
+                continue
+        if not await watcher.wait_beyond(position, KEEPALIVE):
             yield ServerSentEventMessage(comment="keep-alive", data=None)
 
 

@@ -11,6 +11,8 @@ another organization is a 403 page with the refusal's code.
 
 from __future__ import annotations
 
+from hmac import compare_digest
+from secrets import token_urlsafe
 from typing import Any
 from urllib.parse import quote, urlencode
 from uuid import UUID
@@ -91,10 +93,32 @@ def _safe_next(target: str | None) -> str:
     return target if target and target.startswith("/ui/") and not target.startswith("/ui//") else "/ui/"
 
 
+#: the login form's double-submit token: a random value set as this cookie by the form's page and sent back
+#: in the form's hidden ``csrf_token`` field; a POST whose field does not match its cookie is refused. Another
+#: site can make a browser post the form (a login CSRF: signing the victim in with the attacker's token), but
+#: it cannot read or set this site's cookie, so it cannot send the matching field.
+CSRF_COOKIE = "chat_ledger_csrf"
+CSRF_PATH = "/ui/login"
+
+
+def _csrf_value(request: Request[Any, Any, Any]) -> str:
+    known = request.cookies.get(CSRF_COOKIE, "")
+    return known if len(known) == 43 and known.replace("-", "").replace("_", "").isalnum() else token_urlsafe(32)
+
+
+def _login_page(request: Request[Any, Any, Any], http_status: int = 200, **context: Any) -> Response[str]:
+    csrf = _csrf_value(request)
+    response = page("ui_login.html", None, http_status, csrf=csrf, **context)
+    response.set_cookie(CSRF_COOKIE, csrf, path=CSRF_PATH, httponly=True, samesite="strict",
+                        secure=request.url.scheme == "https")
+    return response
+
+
 @get("/login", include_in_schema=False)
-async def login_form(next: str | None = None, error: str | None = None) -> Response[str]:
+async def login_form(request: Request[Any, Any, Any], next: str | None = None,
+                     error: str | None = None) -> Response[str]:
     message = access.REFUSALS[error][1] if error in access.REFUSALS else None
-    return page("ui_login.html", None, next=_safe_next(next), error=error, message=message)
+    return _login_page(request, next=_safe_next(next), error=error, message=message)
 
 
 FORM = Body(media_type=RequestEncodingType.URL_ENCODED)
@@ -104,12 +128,17 @@ FORM = Body(media_type=RequestEncodingType.URL_ENCODED)
 def login(request: Request[Any, Any, Any], data: dict[str, str] = FORM) -> Response[Any]:
     secret = (data.get("token") or "").strip()
     target = _safe_next(data.get("next"))
+    sent, expected = data.get("csrf_token") or "", request.cookies.get(CSRF_COOKIE) or ""
+    if not expected or not compare_digest(sent.encode(), expected.encode()):
+        COUNTERS.add("chat_ledger_refusals_total", code="csrf_token_mismatch")
+        return _login_page(request, 403, next=target, error="csrf_token_mismatch",
+                           message="the form was not sent from this site's login page: open it and sign in again")
     svc = service(request.app.state)
     try:
         svc.principal(f"Bearer {secret}" if secret else None)
     except LedgerError as e:
         COUNTERS.add("chat_ledger_refusals_total", code=e.code)
-        return page("ui_login.html", None, 401, next=target, error=e.code, message=e.message)
+        return _login_page(request, 401, next=target, error=e.code, message=e.message)
     response: Response[Any] = Redirect(target, status_code=303)
     response.set_cookie(COOKIE, secret, path="/", httponly=True, samesite="strict",
                         secure=request.url.scheme == "https")

@@ -1,4 +1,13 @@
-"""The log watcher: one thread per process that notices new events and wakes every waiting stream.
+"""The log watcher: one thread per process that notices new events, reads each of them once, and wakes
+every waiting stream.
+
+The events it reads form the **tail**: the notifications after ``floor`` up to ``head``, every one of them,
+in log order, each decoded and encoded (the SSE ``data`` text) once, with the stream's scope and, for a
+tool-call execution stream, its chat. A stream whose position is inside the tail filters it in memory
+(``commands.http.stream``); one further behind (a resume from long ago) reads pages from the database until
+it reaches the tail. The tail holds at most ``TAIL`` notifications (the oldest are dropped and ``floor``
+moves up); while no stream is open nothing is read but the head (the tail is empty and ``floor`` = head). It is changed only on the event loop (the thread hands over what it read), so the streams read
+it without a lock, and a stream sees the tail and ``head`` move together.
 
 On PostgreSQL it LISTENs on the event store's NOTIFY channel (each insert notifies) and also polls the head
 every ``PG_POLL`` seconds, since a notification is only a hint (a lost one, a dropped LISTEN connection);
@@ -10,24 +19,50 @@ thread sets the current ``asyncio.Event`` through the loop and replaces it.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import threading
-from typing import Any
+from typing import Any, NamedTuple
+from uuid import UUID
+
+import msgspec
 
 log = logging.getLogger(__name__)
 
 SQLITE_POLL = 0.02
 PG_POLL = 0.5
+#: notifications the tail keeps at most
+TAIL = 4096
+#: notifications read per query while filling the tail
+READ_PAGE = 500
+
+
+class Tailed(NamedTuple):
+    """One notification of the tail: what a stream filters on and what it sends."""
+
+    id: int
+    stream_id: UUID
+    resource: Any  # commands.access.Resource, or None (a stream with no scope)
+    chat: UUID | None  # the chat of a tool-call execution stream (None for any other)
+    type: str
+    data: str  # the event as GET /v1/events shows it, JSON
 
 
 class LogWatcher:
-    def __init__(self, app: Any, url: str, poll_interval: float | None = None) -> None:
+    def __init__(self, app: Any, url: str, poll_interval: float | None = None, scopes: Any = None) -> None:
         from ledger.store import DatabaseURL
 
         self.app = app
+        self.scopes = scopes
         self.db = DatabaseURL.parse(url)
         self.poll = poll_interval or (PG_POLL if self.db.backend == "postgres" else SQLITE_POLL)
-        self.head = app.head()
+        self.head = app.head()  # the tail's head: changed on the loop only
+        self.floor = self.head  # the tail holds every notification in (floor, head]
+        self.tail: list[Tailed] = []
+        self._ids: list[int] = []
+        self._read = self.head  # where the thread's next read starts
+        self._chats: dict[UUID, UUID | None] = {}
+        self.streams = 0  # open event streams (changed on the loop; while 0 the thread reads no events)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._event: asyncio.Event | None = None
         self._wake = threading.Event()
@@ -57,6 +92,13 @@ class LogWatcher:
         """Look at the head now (a command was just recorded)."""
         self._wake.set()
 
+    def since(self, position: int) -> list[Tailed] | None:
+        """The tail's notifications after ``position`` (every one of them up to ``head``), or None when
+        ``position`` is below the tail (read those from the database). Call on the event loop."""
+        if position < self.floor:
+            return None
+        return self.tail[bisect.bisect_right(self._ids, position):]
+
     async def wait_beyond(self, position: int, timeout: float) -> bool:
         """Wait until the head is past ``position`` (True) or ``timeout`` seconds pass (False)."""
         assert self._event is not None
@@ -73,18 +115,72 @@ class LogWatcher:
         while not self._halt.is_set():
             self._wake.wait(self.poll)
             self._wake.clear()
-            try:
-                head = self.app.head()
+            try:  # one query per wake-up when nothing is new (no separate look at the head)
+                if not self.streams:  # nobody reads the tail: keep only its head (and floor) current
+                    head = self.app.head()
+                    if head > self._read:
+                        self._read = head
+                        self._hand_over((head, []), reset=True)
+                    continue
+                while not self._halt.is_set():
+                    read = self._read_page()
+                    if read[1]:
+                        self._hand_over(read)
+                    if len(read[1]) < READ_PAGE:
+                        break
             except Exception as e:  # the database is away: streams wait, readers see the error themselves
                 log.warning("log watcher: %s", e)
                 self._halt.wait(0.5)
                 continue
-            if head > self.head:
-                self.head = head
-                if self._loop is not None and not self._loop.is_closed():
-                    self._loop.call_soon_threadsafe(self._notify)
 
-    def _notify(self) -> None:
+    def _read_page(self) -> tuple[int, list[Tailed]]:
+        from commands.eventlog import logged_event
+
+        notes = self.app.notifications(self._read, READ_PAGE)
+        encode = msgspec.json.encode
+        page = []
+        for n in notes:
+            sid = n.originator_id if isinstance(n.originator_id, UUID) else UUID(str(n.originator_id))
+            event = logged_event(self.app, n)
+            resource = self.scopes.of(sid) if self.scopes is not None else None
+            page.append(Tailed(n.id, sid, resource, self._chat_of(sid, resource, n, event), event["type"],
+                               encode(event).decode()))
+        if notes:
+            self._read = notes[-1].id
+        return self._read, page
+
+    def _chat_of(self, sid: UUID, resource: Any, n: Any, event: dict[str, Any]) -> UUID | None:
+        """The chat a tool-call execution stream belongs to (its first event names it), None otherwise."""
+        if resource is None or resource.kind != "chat":
+            return None
+        if sid not in self._chats:
+            if n.originator_version == 1:
+                first = event["data"].get("chat_id")
+            else:
+                found = self.app.stream(sid, lte=1)
+                first = getattr(found[0], "chat_id", None) if found else None
+            self._chats[sid] = UUID(str(first)) if first is not None and UUID(str(first)) != sid else None
+        return self._chats[sid]
+
+    def _hand_over(self, read: tuple[int, list[Tailed]], reset: bool = False) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._extend, *read, reset)
+
+    def _extend(self, head: int, page: list[Tailed], reset: bool = False) -> None:
+        """On the loop: append what the thread read, drop the oldest beyond ``TAIL``, wake the streams.
+        ``reset``: the thread skipped to ``head`` without reading (no stream was open), so the tail is empty
+        from there (a stream opened meanwhile below it reads the database until it gets there)."""
+        if head <= self.head:
+            return
+        if reset:
+            self.tail, self._ids, self.floor = [], [], head
+        self.tail.extend(page)
+        self._ids.extend(t.id for t in page)
+        if len(self.tail) > 2 * TAIL:  # trim now and then, not at every page
+            cut = len(self.tail) - TAIL
+            self.floor = self._ids[cut - 1]
+            del self.tail[:cut], self._ids[:cut]
+        self.head = head
         event, self._event = self._event, asyncio.Event()
         if event is not None:
             event.set()

@@ -1,25 +1,35 @@
 """``chat-ledger bench --only service``: the ledger service under load vs ``apply`` in one process.
 
-The same commands (small simulated chats, ``chat_script_commands``) are run twice, each on a fresh
-database in the same run: in this process, one after the other through the handler (``apply``'s path);
-then by ``CLIENTS`` concurrent HTTP clients (threads, one keep-alive connection each, one chat at a time
-per client, as its own organization member with a token) against a real ``chat-ledger serve`` process on
-loopback. Figures: commands/s and p50/p99 latency of each; the SSE delivery lag (receipt time minus the
-event's recorded time) p99 of an auditor's stream per organization while the clients write.
+The same commands (small simulated chats, ``chat_script_commands``) are run in two arms, each on its own
+fresh database, in the same run: in this process, one after the other through the handler (``apply``'s
+path); and by ``CLIENTS`` concurrent HTTP clients (one keep-alive connection each, one command per request,
+whole chats in order, each client an organization member with its own token) against a real ``chat-ledger
+serve`` process on loopback. The arms alternate in ``CHUNKS`` chunks in ABBA order (every client's next
+slice of commands), so that a machine whose load or disk changes during the run weighs on both arms alike;
+each arm's rate is its commands over the sum of its chunks' times. Between chunks, off the clock, the
+streams receive every event of the chunk and the server's views catch up.
+
+The clients (``_Connection``) are pre-encoded HTTP/1.1 requests on asyncio streams, all on one event loop
+in the bench process, so they take little of the cores the server needs. Figures: commands/s and p50/p99
+latency of each arm; the SSE delivery lag (receipt time minus the event's recorded time) p50/p99 of an
+auditor's stream per organization, every event of the run.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
+import os
 import random
+import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, AsyncIterator
+
+import msgspec
 
 CLIENTS = 8
 
@@ -46,23 +56,31 @@ def _plans(commands: int, clients: int) -> list[tuple[Any, Any, list[dict[str, A
     return plans
 
 
-def _in_process(url: str, plans: list[Any]) -> dict[str, Any]:
-    from commands.handler import command_from_dict, execute
-    from commands.tools.workload import setup_catalogs
-    from ledger.store import open_app
+class _InProcess:
+    """The baseline arm: the handler in this process on its own ledger (``apply``'s path)."""
 
-    app = open_app(url)
-    setup_catalogs(app)
-    cmds = [command_from_dict(c) for _, _, plan in plans for c in plan]
-    latencies = []
-    t0 = time.perf_counter()
-    for cmd in cmds:
-        t = time.perf_counter()
-        execute(app, cmd)
-        latencies.append(time.perf_counter() - t)
-    wall = time.perf_counter() - t0
-    app.close()
-    return {"commands": len(cmds), "commands_per_s": round(len(cmds) / wall), **_percentiles(latencies)}
+    def __init__(self, url: str) -> None:
+        from commands.tools.workload import setup_catalogs
+        from ledger.store import open_app
+
+        self.app = open_app(url)
+        setup_catalogs(self.app)
+        self.latencies: list[float] = []
+        self.wall = 0.0
+
+    def run(self, commands: list[Any]) -> None:
+        from commands.handler import execute
+
+        t0 = time.perf_counter()
+        for cmd in commands:
+            t = time.perf_counter()
+            execute(self.app, cmd)
+            self.latencies.append(time.perf_counter() - t)
+        self.wall += time.perf_counter() - t0
+
+    def figures(self) -> dict[str, Any]:
+        n = len(self.latencies)
+        return {"commands": n, "commands_per_s": round(n / self.wall), **_percentiles(self.latencies)}
 
 
 def _free_port() -> int:
@@ -75,8 +93,8 @@ def _serve(url: str) -> tuple[subprocess.Popen[bytes], str]:
     import httpx
 
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "commands.cli.main", "--db", url, "serve", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    argv = [sys.executable, "-m", "commands.cli.main", "--db", url, "serve", "--port", str(port)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
@@ -89,9 +107,75 @@ def _serve(url: str) -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("serve did not start")
 
 
-def _over_http(url: str, plans: list[Any]) -> dict[str, Any]:
-    import httpx
+def _profiler(pid: int) -> subprocess.Popen[bytes] | None:
+    """``CHAT_LEDGER_BENCH_PYSPY=FILE``: sample every thread of the server with py-spy (if installed) while
+    the clients run, as folded stacks in FILE (one line per distinct stack and its sample count)."""
+    out = os.environ.get("CHAT_LEDGER_BENCH_PYSPY")
+    if not out:
+        return None
+    flags = os.environ.get("CHAT_LEDGER_BENCH_PYSPY_FLAGS", "--threads --idle").split()  # "--gil": CPU only
+    return subprocess.Popen(["py-spy", "record", "--pid", str(pid), *flags, "--rate", "250", "--format", "raw",
+                             "-o", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
+
+class _Connection:
+    """One keep-alive HTTP/1.1 connection on asyncio streams: requests are pre-encoded bytes, a response is
+    its status and body (Content-Length or chunked). The bench's clients are these, all on one event loop in
+    the bench process, so they take little of the cores the server shares with them (``httpx`` clients in 8
+    threads took enough that the server did 433 cmd/s with them and 665 with these, with also the clock
+    started after the views' first build: one run each)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str,
+                 secret: str) -> None:
+        self.reader, self.writer = reader, writer
+        self.head = f"Host: {host}\r\nAuthorization: Bearer {secret}\r\n".encode()
+
+    @classmethod
+    async def open(cls, host: str, port: int, secret: str) -> _Connection:
+        reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
+        return cls(reader, writer, f"{host}:{port}", secret)
+
+    def close(self) -> None:
+        self.writer.close()
+
+    async def _headers(self) -> tuple[int, dict[bytes, bytes]]:
+        raw = await self.reader.readuntil(b"\r\n\r\n")
+        status_line, *lines = raw[:-4].split(b"\r\n")
+        headers = {}
+        for line in lines:
+            name, _, value = line.partition(b":")
+            headers[name.strip().lower()] = value.strip()
+        return int(status_line.split(b" ", 2)[1]), headers
+
+    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+        self.writer.write(b"%s %s HTTP/1.1\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                          % (method.encode(), path.encode(), self.head, len(body), body))
+        status, headers = await self._headers()
+        if headers.get(b"transfer-encoding") == b"chunked":
+            return status, b"".join([chunk async for chunk in self.chunks()])
+        return status, await self.reader.readexactly(int(headers.get(b"content-length", b"0")))
+
+    async def stream(self, path: str) -> AsyncIterator[bytes]:
+        """The chunks of a streamed (chunked) GET response, as they arrive; first an empty one once the
+        response has started (the stream is open)."""
+        self.writer.write(b"GET %s HTTP/1.1\r\n%s\r\n" % (path.encode(), self.head))
+        status, _ = await self._headers()
+        if status != 200:
+            raise RuntimeError(f"GET {path}: {status}")
+        yield b""
+        async for chunk in self.chunks():
+            yield chunk
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        while True:
+            size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            data = await self.reader.readexactly(size + 2)
+            if size == 0:
+                return
+            yield data[:-2]
+
+
+def _run_arms(url: str, baseline_url: str, plans: list[Any], chunks: int) -> dict[str, Any]:
     from commands.tokens import issue_token
     from commands.tools.workload import setup_catalogs
     from ledger.store import open_app
@@ -102,68 +186,147 @@ def _over_http(url: str, plans: list[Any]) -> dict[str, Any]:
     auditors = {org: issue_token(app, user=uuid.UUID(int=0xD000), org=org, role="auditor")["secret"]
                 for org in {org for org, _, _ in plans}}
     app.close()
+    baseline = _InProcess(baseline_url)
     proc, base = _serve(url)
-    lags: list[float] = []
-    refused: list[Any] = []
-    latencies: list[list[float]] = [[] for _ in plans]
-    stop = threading.Event()
-    ready = threading.Barrier(len(auditors) + 1)
-
-    def listen(org: Any, secret: str) -> None:
-        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {secret}"}, timeout=60) as c:
-            head = c.get("/v1/events", params={"limit": 1}).json()["head"]
-            with c.stream("GET", "/v1/events/stream", params={"org": str(org), "after": head}) as r:
-                ready.wait()
-                for line in r.iter_lines():
-                    if line.startswith("data:"):
-                        stamp = json.loads(line[5:])["timestamp"]
-                        lags.append(time.time() - datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp())
-                    if stop.is_set():
-                        return
-
-    def client(i: int) -> None:
-        _, _, plan = plans[i]
-        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {secrets[i]}"}, timeout=60) as c:
-            for cmd in plan:
-                t = time.perf_counter()
-                r = c.post("/v1/commands", json=cmd)
-                latencies[i].append(time.perf_counter() - t)
-                if not r.json().get("ok"):
-                    refused.append(r.json())
-
     try:
-        listeners = [threading.Thread(target=listen, args=item, daemon=True) for item in auditors.items()]
-        for t in listeners:
-            t.start()
-        ready.wait(timeout=60)
-        workers = [threading.Thread(target=client, args=(i,)) for i in range(len(plans))]
-        t0 = time.perf_counter()
-        for t in workers:
-            t.start()
-        for t in workers:
-            t.join()
-        wall = time.perf_counter() - t0
-        n = sum(len(x) for x in latencies)
-        deadline = time.monotonic() + 10
-        while len(lags) < n and time.monotonic() < deadline:
-            time.sleep(0.05)  # the streams deliver the last events
-        stop.set()
+        _wait_views(base, secrets[0])
+        profiler = _profiler(proc.pid)
+        try:
+            http = asyncio.run(_drive(base, plans, secrets, auditors, baseline, chunks, proc.pid))
+        finally:
+            if profiler is not None:
+                profiler.send_signal(signal.SIGINT)  # py-spy writes its samples on SIGINT
+                profiler.wait(timeout=30)
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+        baseline.app.close()
+    inproc = baseline.figures()
+    return {"in_process": inproc, "http": http, "chunks": chunks,
+            "ratio": round(http["commands_per_s"] / inproc["commands_per_s"], 2)}
+
+
+def _wait_views(base: str, secret: str) -> None:
+    """Until the server's follower has built its views of the setup (the catalogs, the tokens), so the clock
+    measures the service recording commands, not a first build the in-process run never does."""
+    import httpx
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        ready = httpx.get(f"{base}/readyz", timeout=30).json()
+        if ready.get("projections") and all(p["lag"] == 0 for p in ready["projections"]):
+            return
+        time.sleep(0.1)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (Linux ``/proc``; every thread), 0 where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _slices(plan: list[Any], chunks: int) -> list[list[Any]]:
+    step = -(-len(plan) // chunks)
+    return [plan[k * step:(k + 1) * step] for k in range(chunks)]
+
+
+async def _drive(base: str, plans: list[Any], secrets: list[str], auditors: dict[Any, str],
+                 baseline: _InProcess, chunks: int, server_pid: int) -> dict[str, Any]:
+    from commands.handler import command_from_dict
+
+    host, port = base.removeprefix("http://").split(":")
+    lags: list[float] = []
+    refused: list[Any] = []
+    latencies: list[list[float]] = [[] for _ in plans]
+    decode_event = msgspec.json.Decoder(_Stamp).decode
+    listening = []
+
+    async def listen(org: Any, secret: str) -> None:
+        conn = await _Connection.open(host, int(port), secret)
+        _, body = await conn.request("GET", "/v1/events?limit=1")
+        head = msgspec.json.decode(body)["head"]
+        buffer = b""
+        try:
+            async for chunk in conn.stream(f"/v1/events/stream?org={org}&after={head}"):
+                if not listening or listening[-1] is not conn:
+                    listening.append(conn)
+                now = time.time()
+                buffer += chunk
+                *messages, buffer = buffer.split(b"\r\n\r\n" if b"\r\n\r\n" in buffer else b"\n\n")
+                for message in messages:
+                    for line in message.splitlines():
+                        if line.startswith(b"data:"):
+                            lags.append(now - decode_event(line[5:]).timestamp.timestamp())
+        finally:
+            conn.close()
+
+    async def client(i: int, conn: _Connection, commands: list[bytes]) -> None:
+        for body in commands:
+            t = time.perf_counter()
+            _, answer = await conn.request("POST", "/v1/commands", body)
+            latencies[i].append(time.perf_counter() - t)
+            if b'"ok":true' not in answer:
+                refused.append(msgspec.json.decode(answer))
+
+    listeners = [asyncio.create_task(listen(org, secret)) for org, secret in auditors.items()]
+    while len(listening) < len(auditors):  # every stream is open
+        await asyncio.sleep(0.01)
+        if any(t.done() for t in listeners):
+            await asyncio.gather(*listeners)
+    # every client's commands, and the baseline's (client after client), chunk by chunk
+    http_chunks = list(zip(*(_slices([msgspec.json.encode(c) for c in plan], chunks) for _, _, plan in plans)))
+    local_chunks = [[command_from_dict(c) for part in parts for c in part]
+                    for parts in zip(*(_slices(plan, chunks) for _, _, plan in plans))]
+    conns = [await _Connection.open(host, int(port), secret) for secret in secrets]
+
+    async def head() -> int:
+        return int(msgspec.json.decode((await conns[0].request("GET", "/v1/events?limit=1"))[1])["head"])
+
+    wall, start = 0.0, await head()
+    client_cpu = server_cpu = 0.0  # CPU seconds of the clients and streams (this process) and of the server
+    for k in range(chunks):
+        for arm in ("http", "local") if k % 4 in (0, 3) else ("local", "http"):  # ABBA
+            if arm == "local":
+                baseline.run(local_chunks[k])  # blocks the loop: nothing is in flight meanwhile
+                continue
+            t0, c0, s0 = time.perf_counter(), time.process_time(), _cpu_seconds(server_pid)
+            await asyncio.gather(*(client(i, conns[i], http_chunks[k][i]) for i in range(len(plans))))
+            wall += time.perf_counter() - t0
+            client_cpu += time.process_time() - c0
+            server_cpu += _cpu_seconds(server_pid) - s0
+            recorded = await head() - start  # every event goes to one auditor's stream (its organization's)
+            deadline = time.monotonic() + 10
+            while len(lags) < recorded and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)  # off the clock: the streams deliver the chunk's last events
+            await asyncio.to_thread(_wait_views, base, secrets[0])  # and the views catch up
+    for conn in conns:
+        conn.close()
+    n = sum(len(x) for x in latencies)
+    for t in listeners:
+        t.cancel()
     return {"commands": n, "clients": len(plans), "commands_per_s": round(n / wall), "refused": len(refused),
             "first_refused": refused[:3], **_percentiles([x for xs in latencies for x in xs]),
+            "cpu_s": {"wall": round(wall, 2), "server": round(server_cpu, 2), "clients": round(client_cpu, 2)},
             "sse": {"events": len(lags), "streams": len(auditors), **_percentiles(lags)}}
 
 
-def child_service(url: str, commands: int, clients: int = CLIENTS) -> dict[str, Any]:
+class _Stamp(msgspec.Struct):
+    timestamp: datetime
+
+
+#: chunks each arm runs in (ABBA order)
+CHUNKS = 8
+
+
+def child_service(url: str, commands: int, clients: int = CLIENTS, chunks: int = CHUNKS) -> dict[str, Any]:
     from commands.tools.bench_kit import _drop, _sibling
 
-    plans = _plans(commands, clients)
     baseline_url = _sibling(url, "inproc")
     try:
-        inproc = _in_process(baseline_url, plans)
+        return _run_arms(url, baseline_url, _plans(commands, clients), chunks)
     finally:
         _drop(baseline_url)
-    http = _over_http(url, plans)
-    return {"in_process": inproc, "http": http, "ratio": round(http["commands_per_s"] / inproc["commands_per_s"], 2)}

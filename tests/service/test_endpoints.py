@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tests.catalog.kit import ALICE, ORG
 from tests.service.server import sse_events
 
@@ -96,6 +99,8 @@ def test_commands_single_and_json_lines(world):
 
 
 def test_chats_in_pages(world):
+    """Keyset pages: while chats are created between the pages (before and after the cursor), every chat that
+    was there at the start is listed exactly once, in chat id order, and no chat twice."""
     app_url = world.server.url
     from ledger.store import open_app
     from tests.catalog.kit import chat
@@ -103,16 +108,36 @@ def test_chats_in_pages(world):
     app = open_app(app_url)
     try:
         made = {chat(app)["chat_id"] for _ in range(7)} | {world.chat_a}
+        with world.client("alice") as c:
+            seen, cursor, pages = [], None, 0
+            while True:
+                page = c.get("/v1/chats", params={"limit": 3, **({"cursor": cursor} if cursor else {})}).json()
+                seen += [r["chat_id"] for r in page["items"]]
+                cursor, pages = page["next_cursor"], pages + 1
+                if cursor is None:
+                    break
+                chat(app)  # a new chat, on either side of the cursor
+            assert set(seen) >= made and len(seen) == len(set(seen)) and seen == sorted(seen)
+            assert world.chat_b not in seen  # a member lists only their own chats
+            assert pages >= 3
+            assert c.get("/v1/chats", params={"limit": 0}).json()["error"]["code"] == "invalid_request"
+            for bad in ("nope", "W10", "WyJ4Il0", "e30"):  # not base64 JSON, [], ["x"], {}
+                r = c.get("/v1/chats", params={"cursor": bad})
+                assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request", (bad, r.text)
     finally:
         app.close()
-    with world.client("alice") as c:
-        seen, cursor = [], None
-        while True:
-            page = c.get("/v1/chats", params={"limit": 3, **({"cursor": cursor} if cursor else {})}).json()
-            seen += [r["chat_id"] for r in page["items"]]
-            cursor = page["next_cursor"]
-            if cursor is None:
-                break
-        assert seen == sorted(made) and world.chat_b not in seen  # a member lists only their own chats
-        assert c.get("/v1/chats", params={"limit": 0}).json()["error"]["code"] == "invalid_request"
-        assert c.get("/v1/chats", params={"cursor": "nope"}).status_code == 400
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.uuids(), st.text(max_size=60))
+def test_a_cursor_says_its_chat_id_and_nothing_else_is_a_cursor(chat_id, junk):
+    from commands.http.routes import decode_cursor, encode_cursor
+    from ledger.errors import LedgerError
+
+    assert decode_cursor(encode_cursor({"chat_id": str(chat_id)})) == {"chat_id": str(chat_id)}
+    try:
+        decoded = decode_cursor(junk)
+    except LedgerError as e:
+        assert e.code == "invalid_request"
+    else:  # only the encoding of some chat id decodes
+        assert encode_cursor(decoded) == junk.rstrip("=")

@@ -23,6 +23,7 @@ from tests.audit.test_audit_page_browser import CHROMIUM, browser
 from tests.catalog.kit import ALICE, M1, ORG, ORG2
 
 COOKIE = "chat_ledger_token"
+CSRF_COOKIE = "chat_ledger_csrf"
 
 
 @contextmanager
@@ -32,8 +33,16 @@ def signed_in(world: Any, who: str) -> Iterator[httpx.Client]:
         yield login(c, world.secrets[who])
 
 
+def csrf_of(form: httpx.Response) -> str:
+    """The login form's double-submit token (its hidden field; the page set the same value as a cookie)."""
+    found = re.search(r'name="csrf_token" value="([^"]+)"', form.text)
+    assert found and f"{CSRF_COOKIE}={found.group(1)}" in form.headers["set-cookie"], form.text[:500]
+    return found.group(1)
+
+
 def login(c: httpx.Client, secret: str) -> httpx.Client:
-    r = c.post("/ui/login", data={"token": secret, "next": "/ui/"})
+    csrf = csrf_of(c.get("/ui/login"))
+    r = c.post("/ui/login", data={"token": secret, "next": "/ui/", "csrf_token": csrf})
     assert r.status_code == 303 and r.headers["location"] == "/ui/", r.text
     cookie = r.headers["set-cookie"]
     assert f"{COOKIE}=" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
@@ -107,12 +116,35 @@ def test_without_a_token_the_pages_send_to_the_login_form(world):
         assert form.status_code == 200 and 'name="token"' in form.text
         assert f'value="/ui/chats/{world.chat_a}"' in form.text
         assert 'value="/ui/"' in c.get("/ui/login", params={"next": "https://elsewhere.example/"}).text
-        wrong = c.post("/ui/login", data={"token": "clt_not-a-token", "next": "/ui/"})
+        wrong = c.post("/ui/login", data={"token": "clt_not-a-token", "next": "/ui/", "csrf_token": csrf_of(form)})
         assert wrong.status_code == 401 and "invalid_token" in wrong.text and COOKIE not in wrong.headers.get(
             "set-cookie", "")
     with world.client(None, cookies={COOKIE: "clt_forged"}) as c:
         r = c.get(f"/ui/chats/{world.chat_a}")
         assert r.status_code == 303 and "error=invalid_token" in r.headers["location"]
+
+
+def test_the_login_form_refuses_a_post_it_did_not_make(world):
+    """Login CSRF: a form posted from elsewhere has no (or another) double-submit token, so it signs no one
+    in, even with a valid token's secret; the form's own token does."""
+    secret = world.secrets["alice"]
+    with world.client(None) as c:
+        refusals = [c.post("/ui/login", data={"token": secret, "next": "/ui/"})]  # no cookie, no field
+        csrf = csrf_of(c.get("/ui/login"))
+        refusals.append(c.post("/ui/login", data={"token": secret, "next": "/ui/"}))  # cookie, no field
+        with world.client(None) as other:  # another browser's token (the attacker's page cannot read ours)
+            refusals.append(c.post("/ui/login", data={"token": secret, "csrf_token": csrf_of(other.get("/ui/login"))}))
+        refusals.append(c.post("/ui/login", data={"token": secret, "csrf_token": csrf[:-1]}))
+        for r in refusals:
+            assert r.status_code == 403 and "csrf_token_mismatch" in r.text, r.text[:300]
+            assert f"{COOKIE}=" not in r.headers.get("set-cookie", "")
+        assert c.get("/ui/").status_code == 303  # still signed out
+        r = c.post("/ui/login", data={"token": secret, "next": "/ui/", "csrf_token": csrf})
+        assert r.status_code == 303 and c.get("/ui/").status_code in (200, 303)
+        assert c.cookies.get(COOKIE) == secret
+    with world.client(None, cookies={CSRF_COOKIE: "x" * 43}) as c:  # a cookie planted without the form
+        r = c.post("/ui/login", data={"token": secret, "csrf_token": "y" * 43})
+        assert r.status_code == 403
 
 
 def test_the_cookie_reads_the_api_but_never_writes(world):
