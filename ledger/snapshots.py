@@ -20,6 +20,17 @@ What keeps a snapshot from changing an answer:
 * nothing that judges the log reads them: ``events verify``, the projections, audit, export and import read
   the events only (an import writes no snapshot; they are re-taken as the streams grow).
 
+A chat's snapshot is a **head** and **chunks** (``ChatSnapshot``, ``ledger.chat.index``), so that loading a
+chat costs what its tail costs, not what its length does: the head (every field of the state, with the
+message index's partial last chunk) is the chat's row; each full chunk of the message index is a
+``MessageChunk`` row of the chat's chunk stream (``chunk_stream``: per chat and fingerprint), keyed by the
+chunk's number and the chat version it was stored at, written once by the first snapshot after it filled up
+and again only when a message in it is soft-deleted (the older row of that chunk is then deleted). The head
+names the version of each chunk it needs; a restored chat reads a chunk when a rule reaches into it
+(``ChunkLoader``: the rows asked for in one select; a missing row costs a replay of the events up to the
+head's version, never a different answer). Chunks are written before their head, and a chunk row is the
+fold's own data at its version, so a head never names a row that holds anything else.
+
 Snapshots are written as msgpack whatever the payload format (they are never read by people), and
 deleting them (``DELETE FROM stored_snapshots``) is always safe.
 """

@@ -209,8 +209,9 @@ def last_assistant_index(state: ChatState) -> int:
 
 
 def _last_assistant(msgs: Sequence[MessageInfo]) -> int:
-    for i in range(len(msgs) - 1, -1, -1):
-        m = msgs[i]
+    i = len(msgs)
+    for m in reversed(msgs):  # (backward iteration: an index reads its chunks only as far as the scan goes)
+        i -= 1
         if m.role == "assistant" and active(m):
             return i
     return -1
@@ -254,8 +255,9 @@ def _latest_assistant_calls(msgs: Sequence[MessageInfo], count_own_results: bool
 
 
 def latest_boundary_index(state: ChatState) -> int:
-    for i in range(len(state.messages) - 1, -1, -1):
-        m = state.messages[i]
+    i = len(state.messages)
+    for m in reversed(state.messages):
+        i -= 1
         if m.boundary and not m.deleted:
             return i
     return -1
