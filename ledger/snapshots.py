@@ -13,8 +13,9 @@ What keeps a snapshot from changing an answer:
 * it is taken from the aggregate the save just recorded, at that save's last version (the state every
   event up to it folds to), after the commit, and a failure to write it fails nothing;
 * it is used only while the code that folds the stream is the code that wrote it: each snapshot carries a
-  **fingerprint** of its class's ``class_version``, of the state's shape (its msgspec JSON schema) and of the
-  source of the modules that fold the stream (``FOLD_MODULES``). A snapshot whose fingerprint differs, or
+  **fingerprint** of its class's ``class_version``, of the state's shape (``state_shape``: its types' fields,
+  annotations, defaults and encoding settings, nested types and aliases included) and of the source of the
+  modules that fold the stream (``FOLD_MODULES``). A snapshot whose fingerprint differs, or
   that does not decode, is ignored (the load replays from the events, as before the first snapshot) and the
   next snapshot of the stream replaces it. ``docs/schema-changes.md`` gives the rule;
 * nothing that judges the log reads them: ``events verify``, the projections, audit, export and import read
@@ -37,6 +38,7 @@ deleting them (``DELETE FROM stored_snapshots``) is always safe.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import copy
 import functools
@@ -44,6 +46,9 @@ import gc
 import hashlib
 import importlib
 import inspect
+import re
+import sys
+import typing
 from datetime import datetime, timezone
 from typing import Any, ClassVar, Iterator
 from uuid import UUID, uuid5
@@ -88,7 +93,7 @@ class StateSnapshot(DomainEvent):
     @functools.cache
     def current_fingerprint(cls) -> str:
         digest = hashlib.sha256(f"{cls.TOPIC}\0{cls.class_version}\0".encode())
-        digest.update(msgspec.json.encode(msgspec.json.schema(cls.STATE), order="sorted"))
+        digest.update(state_shape(cls.STATE).encode())
         for name in cls.FOLD_MODULES:
             digest.update(b"\0" + inspect.getsource(importlib.import_module(name)).encode())
         return digest.hexdigest()
@@ -183,6 +188,65 @@ def chunk_stream(chat_id: UUID) -> UUID:
     """The stream of a chat's chunks: one per fingerprint, so that a row is only ever read by the code that
     wrote it (rows of other code are never looked at; deleting them is safe)."""
     return uuid5(chat_id, "message-chunks/" + ChatSnapshot.current_fingerprint())
+
+
+def state_shape(tp: Any) -> str:
+    """The shape of a state type, nested types included, as text: for each Struct reachable from ``tp`` its
+    qualified name, configuration (``array_like``, ``tag``, ``forbid_unknown_fields``, ...), fields with their
+    encoded names and annotations, and defaults; for each other name an annotation refers to (an alias such as
+    a ``Literal`` of allowed values, a union, ``Annotated`` constraints), its ``repr``. Two states decode the
+    same bytes alike when their shapes are equal.
+
+    (What msgspec's JSON schema of the type says, found without evaluating every annotation through
+    ``typing``: 0.1 ms instead of 2-3 ms, paid by the first load from a snapshot in each process.)"""
+    out: list[str] = []
+    _shape_of(tp, None, set(), out)
+    return "\n".join(out)
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_STRUCT_CONFIG = ("array_like", "dict", "eq", "forbid_unknown_fields", "frozen", "gc", "omit_defaults", "order",
+                  "tag", "tag_field")
+
+
+def _shape_of(obj: Any, namespace: dict[str, Any] | None, seen: set[int], out: list[str]) -> None:
+    if isinstance(obj, str):  # an annotation's text: every name in it, resolved where it was written
+        for name in _NAME.findall(obj):
+            head, *rest = name.split(".")
+            target = (namespace or {}).get(head, getattr(builtins, head, None))
+            for part in rest:
+                target = getattr(target, part, None)
+            if target is not None:
+                _shape_of(target, namespace, seen, out)
+        return
+    if id(obj) in seen:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, type) and issubclass(obj, msgspec.Struct):
+        module = sys.modules.get(obj.__module__)
+        ns = vars(module) if module is not None else {}
+        annotations: dict[str, Any] = {}
+        for base in reversed(obj.__mro__):
+            annotations.update(base.__dict__.get("__annotations__", {}))
+        config = obj.__struct_config__
+        fields = obj.__struct_fields__
+        defaults = obj.__struct_defaults__
+        defaults = (None,) * (len(fields) - len(defaults)) + tuple(
+            f"factory:{getattr(d.factory, '__qualname__', d.factory)!r}" if type(d).__name__ == "Factory" else repr(d)
+            for d in defaults)
+        out.append(f"{obj.__module__}.{obj.__qualname__} " + " ".join(f"{k}={getattr(config, k)!r}" for k in _STRUCT_CONFIG)
+                   + " | " + "; ".join(f"{f}/{e}: {annotations.get(f)!s} = {d}"
+                                       for f, e, d in zip(fields, obj.__struct_encode_fields__, defaults)))
+        for f in fields:
+            _shape_of(annotations.get(f), ns, seen, out)
+        return
+    if isinstance(obj, type):  # (str, UUID, datetime, ...: named in the annotations' text already)
+        return
+    args = typing.get_args(obj)
+    if args or typing.get_origin(obj) is not None:  # an alias: its repr names its members and constraints
+        out.append(repr(obj))
+        for arg in args:
+            _shape_of(arg, namespace, seen, out)
 
 
 class ChatSnapshot(StateSnapshot):

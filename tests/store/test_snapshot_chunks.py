@@ -181,3 +181,46 @@ def test_the_index_is_a_list_to_its_readers() -> None:
     assert fresh.stored_form() == ([5, 6], msgs[6:])
     fresh.mark_deleted([4])  # a change makes its chunk unstored again
     assert [k for k, _ in fresh.unstored()] == [1]
+
+
+SHAPE_BASE = '''
+from __future__ import annotations
+from typing import Literal
+import msgspec
+Effort = Literal["low", "high"]
+class Leaf(msgspec.Struct, forbid_unknown_fields=True):
+    a: int
+    effort: Effort = "low"
+class Root(msgspec.Struct):
+    leaves: list[Leaf]
+    note: str | None = None
+'''
+
+
+def _shape(source: str) -> str:
+    import sys
+    import types
+
+    from ledger.snapshots import state_shape
+
+    module = types.ModuleType("shape_probe")
+    sys.modules["shape_probe"] = module
+    try:
+        exec(compile(source, "shape_probe", "exec"), module.__dict__)
+        return state_shape(module.Root)
+    finally:
+        del sys.modules["shape_probe"]
+
+
+def test_the_state_shape_follows_nested_types_aliases_defaults_and_configuration() -> None:
+    base = _shape(SHAPE_BASE)
+    assert _shape(SHAPE_BASE) == base  # the same definitions, the same shape
+    variants = [
+        SHAPE_BASE.replace("    a: int", "    a: str"),  # a nested field's type
+        SHAPE_BASE.replace('Literal["low", "high"]', 'Literal["low", "max"]'),  # an alias's allowed values
+        SHAPE_BASE.replace('effort: Effort = "low"', 'effort: Effort = "high"'),  # a default
+        SHAPE_BASE.replace("forbid_unknown_fields=True", "array_like=True"),  # the encoding of a nested type
+        SHAPE_BASE.replace("    note: str | None = None", "    memo: str | None = None"),  # a field's name
+    ]
+    shapes = [_shape(v) for v in variants]
+    assert all(s != base for s in shapes) and len(set(shapes)) == len(shapes)
