@@ -60,7 +60,7 @@ from eventsourcing.persistence import IntegrityError, PersistenceError
 from eventsourcing.sqlite import SQLiteAggregateRecorder
 
 from ledger.base import TOPICS, DeciderAggregate, _register, fast_project
-from ledger.codec import CodecError
+from ledger.codec import CodecError, struct_field
 from ledger.chat.aggregate import Chat
 from ledger.chat.index import MessageIndex
 from ledger.chat.state import ChatState, MessageInfo
@@ -149,15 +149,8 @@ class StoredIndex(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
 
 def _head_type(state_type: type, replaced: dict[str, Any], name: str) -> Any:
     """``state_type``'s fields, with the types of ``replaced`` swapped (the snapshot's shape of the state)."""
-    fields: list[Any] = []
-    for f in msgspec.structs.fields(state_type):
-        tp = replaced.get(f.name, f.type)
-        if f.default is not msgspec.NODEFAULT:
-            fields.append((f.name, tp, f.default))
-        elif f.default_factory is not msgspec.NODEFAULT:
-            fields.append((f.name, tp, msgspec.field(default_factory=f.default_factory)))
-        else:
-            fields.append((f.name, tp))
+    fields = [struct_field(f.name, replaced.get(f.name, f.type), f.default, f.default_factory, msgspec.NODEFAULT)
+              for f in msgspec.structs.fields(state_type)]
     return msgspec.defstruct(name, fields, kw_only=True, module=__name__)
 
 
