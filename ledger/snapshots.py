@@ -317,7 +317,9 @@ class ChunkLoader:
                 for row in rows:
                     k, v = row.originator_version >> _VERSION_BITS, row.originator_version & _VERSION_MASK
                     if wanted.get(k) == v:
-                        out[k] = store.mapper.to_domain_event(row).messages
+                        messages = store.mapper.to_domain_event(row).messages
+                        if len(messages) == self.chunk_size and messages[0].message_id == k * self.chunk_size + 1:
+                            out[k] = messages  # (anything else is not this chunk: replayed below)
         except (PersistenceError, CodecError):
             pass
         missing = [k for k in wanted if k not in out]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from eventsourcing.persistence import StoredEvent
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -106,6 +107,24 @@ def test_missing_chunk_rows_cost_a_replay_not_an_answer(app: Any, db_url: str, m
     try:
         restored = fresh.load(chat_id)
         assert restored.state.messages.loaded_chunks() <= 1 and same(restored, expected)
+    finally:
+        fresh.close()
+
+
+def test_a_chunk_row_that_is_not_its_chunk_costs_a_replay(app: Any, db_url: str, monkeypatch: Any) -> None:
+    monkeypatch.setattr(chat_index, "CHUNK", 2)
+    chat_id = long_chat(app)
+    expected = replayed(app, chat_id)
+    rows = app.snapshots.recorder.select_events(chunk_stream(chat_id))
+    first, second = rows[0], rows[1]  # chunk 0's row gets chunk 1's messages (same key, wrong content)
+    delete_older(app.snapshots.recorder, chunk_stream(chat_id), first.originator_version + 1,
+                 first.originator_version)
+    app.snapshots.recorder.insert_events([StoredEvent(originator_id=first.originator_id,
+                                                      originator_version=first.originator_version,
+                                                      topic=second.topic, state=second.state)])
+    fresh = open_app(db_url)
+    try:
+        assert same(fresh.load(chat_id), expected)
     finally:
         fresh.close()
 
