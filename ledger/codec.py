@@ -44,18 +44,22 @@ def payload_shape(cls: type) -> type[msgspec.Struct]:
         for f in dataclasses.fields(cls):
             if f.name in _SKIP_FIELDS:
                 continue
-            tp = hints.get(f.name, Any)
-            if f.default is not dataclasses.MISSING:
-                fields.append((f.name, tp, f.default))
-            elif f.default_factory is not dataclasses.MISSING:
-                fields.append((f.name, tp, msgspec.field(default_factory=f.default_factory)))
-            else:
-                fields.append((f.name, tp))
+            fields.append(struct_field(f.name, hints.get(f.name, Any), f.default, f.default_factory,
+                                       dataclasses.MISSING))
         # Defaults must follow required fields in a Struct; kw_only lifts that rule.
         fields.append(("class_version", int, 1))
         shape = msgspec.defstruct(f"{cls.__name__}Payload", fields, kw_only=True)
         _shapes[cls] = shape
     return shape
+
+
+def struct_field(name: str, tp: Any, default: Any, default_factory: Any, missing: Any) -> tuple[Any, ...]:
+    """A field of ``msgspec.defstruct``: with its default or default factory unless either is ``missing``."""
+    if default is not missing:
+        return (name, tp, default)
+    if default_factory is not missing:
+        return (name, tp, msgspec.field(default_factory=default_factory))
+    return (name, tp)
 
 
 class MsgspecMapper(Mapper):

@@ -207,11 +207,13 @@ def stale_hook_prefix(state: ChatState, idx: int) -> list[int]:
     that carry its turn id and were recorded by the same command (000: an edit soft-deletes them with the
     target, or the old hook context stays in the model's context next to the new prefix). Tool rows are
     never part of a prefix: the cancellations recorded before it stay, whatever turn id the caller gave."""
-    target = state.messages[idx]
+    msgs = state.messages
+    target = msgs[idx]
     if target.turn_id is None:
         return []
     ids: list[int] = []
-    for m in reversed(state.messages[:idx]):
+    for i in range(idx - 1, -1, -1):  # (backward from the target: reads only as far as the prefix goes)
+        m = msgs[i]
         if m.deleted:
             continue
         if m.turn_id != target.turn_id or m.created_at != target.created_at or m.role == "tool":
@@ -246,10 +248,7 @@ def edit_message(state: ChatState, em: Emitter, *, message_id: int, message: Mes
     if st == "P":
         d.resume("message_edited", None)  # the queue is gone: the chat waits until the new turn starts
     # The cancellation rule sees the history as it is after the soft-delete.
-    gone = set(stale)
-    remaining = [msgspec.structs.replace(m, deleted=True) if m.message_id in gone else m
-                 for m in state.messages[:idx]]
-    calls = outstanding_tool_calls(state, messages=remaining)
+    calls = outstanding_tool_calls(state, messages=_Before(state.messages, idx, set(stale)))
     if calls:
         d.added = []
         msgs = [
@@ -272,6 +271,20 @@ def edit_message(state: ChatState, em: Emitter, *, message_id: int, message: Mes
             tool_policy=narrow_tool_policy(state.hook_allowed_tools, hook_allowed_tools),
             model_config_id=explicit, model_resolution=resolution)
     return em.events
+
+
+class _Before:
+    """The messages before position ``idx`` as a backward scan sees them once ``gone`` are soft-deleted (the
+    cancellation rule reads only back to the latest active assistant message: no copy of the history)."""
+
+    def __init__(self, msgs: Any, idx: int, gone: set[int]) -> None:
+        self.msgs, self.idx, self.gone = msgs, idx, gone
+
+    def __reversed__(self) -> Any:
+        msgs, gone = self.msgs, self.gone
+        for i in range(self.idx - 1, -1, -1):
+            m = msgs[i]
+            yield msgspec.structs.replace(m, deleted=True) if m.message_id in gone else m
 
 
 def _find_queued(state: ChatState, queued_message_id: int) -> QueuedPrompt:

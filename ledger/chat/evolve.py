@@ -22,8 +22,10 @@ def _insert(state: ChatState, messages: list[Message], event: Any) -> None:
         return
     at = event.timestamp
     msgs = state.messages
+    previous = msgs.last_loaded()  # (only to share equal UUID objects: never a read)
     for m in messages:
-        msgs.append(message_info(m, at, msgs[-1] if msgs else None))
+        previous = message_info(m, at, previous)
+        msgs.append(previous)
     _history_changed(state, event)
 
 
@@ -113,10 +115,7 @@ def _turn_started(s: ChatState, e: ev.TurnStarted) -> None:
 
 
 def _message_edited(s: ChatState, e: ev.MessageEdited) -> None:
-    deleted = set(e.deleted_message_ids)
-    for m in s.messages:
-        if m.message_id in deleted:
-            m.deleted = True
+    s.messages.mark_deleted(e.deleted_message_ids)  # (message i is at position i - 1: no scan)
     if e.deleted_queued_message_ids:
         s.queue = []
         _queue_changed(s, e)

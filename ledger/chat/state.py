@@ -14,11 +14,12 @@ changes nothing.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Sequence
 from uuid import UUID
 
 import msgspec
 
+from ledger.chat.index import MessageIndex
 from ledger.chat.values import ChatError, Message, QueuedPrompt, ToolCallPart, ToolResultPart, Usage
 
 #: tool names whose call/result marks a context boundary (compaction summary, cleared context)
@@ -113,7 +114,8 @@ class ChatState(msgspec.Struct, kw_only=True):
     generation_attempt: int = 0
     history_version: int = 0
     queue_version: int = 0
-    messages: list[MessageInfo] = msgspec.field(default_factory=list)
+    #: one ``MessageInfo`` per message, in chunks (``ledger.chat.index``): a list to every reader
+    messages: MessageIndex = msgspec.field(default_factory=MessageIndex)
     queue: list[QueuedPrompt] = msgspec.field(default_factory=list)
     next_queued_message_id: int = 1
     idempotency: dict[str, list[int]] = msgspec.field(default_factory=dict)
@@ -206,9 +208,10 @@ def last_assistant_index(state: ChatState) -> int:
     return _last_assistant(state.messages)
 
 
-def _last_assistant(msgs: list[MessageInfo]) -> int:
-    for i in range(len(msgs) - 1, -1, -1):
-        m = msgs[i]
+def _last_assistant(msgs: Sequence[MessageInfo]) -> int:
+    i = len(msgs)
+    for m in reversed(msgs):  # (backward iteration: an index reads its chunks only as far as the scan goes)
+        i -= 1
         if m.role == "assistant" and active(m):
             return i
     return -1
@@ -216,7 +219,7 @@ def _last_assistant(msgs: list[MessageInfo]) -> int:
 
 def outstanding_tool_calls(state: ChatState, dynamic_only: bool = False,
                            count_own_results: bool = True,
-                           messages: list[MessageInfo] | None = None) -> list[ToolCall]:
+                           messages: Sequence[MessageInfo] | None = None) -> list[ToolCall]:
     """Tool calls of the latest active assistant message with no result yet (reference §5.1).
 
     Provider-executed calls never count. A result counts when it is in a later active ``tool`` message
@@ -236,7 +239,7 @@ def unresolved_tool_calls(state: ChatState) -> tuple[MessageInfo | None, list[To
     return _latest_assistant_calls(state.messages, count_own_results=False)
 
 
-def _latest_assistant_calls(msgs: list[MessageInfo], count_own_results: bool) -> tuple[MessageInfo | None,
+def _latest_assistant_calls(msgs: Sequence[MessageInfo], count_own_results: bool) -> tuple[MessageInfo | None,
                                                                                        list[ToolCall]]:
     """The latest active assistant message and its calls without a result, in one backward pass."""
     answered: set[str] = set()
@@ -252,8 +255,9 @@ def _latest_assistant_calls(msgs: list[MessageInfo], count_own_results: bool) ->
 
 
 def latest_boundary_index(state: ChatState) -> int:
-    for i in range(len(state.messages) - 1, -1, -1):
-        m = state.messages[i]
+    i = len(state.messages)
+    for m in reversed(state.messages):
+        i -= 1
         if m.boundary and not m.deleted:
             return i
     return -1
