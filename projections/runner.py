@@ -30,11 +30,13 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+import time
 from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, ContextManager, Iterator, Sequence
 
 from projections.backend import SqlBackend
 from projections.engine import BuildBusy, BuildGone, PositionConflict, Projection, ProjectionError, ProjectionFailed
+from projections.pacing import Pace
 from projections.records import Diff, Switch
 
 log = logging.getLogger(__name__)
@@ -142,6 +144,7 @@ def _run(app: Any, projection: Projection, backend: SqlBackend, version: int, ba
     topics = None if projection.topics is None else list(projection.topics)
     committed = cursor = -1
     applied = 0
+    pace = Pace(batch_size)  # the window grows while far behind (projections.pacing)
     if progress is not None:
         progress(0, max(head - start, 0))
     while True:
@@ -163,12 +166,13 @@ def _run(app: Any, projection: Projection, backend: SqlBackend, version: int, ba
                 # rest of the log and a sort, per page, when its statistics are stale (as after a bulk
                 # import) — a rebuild became quadratic. Ids <= head are all committed when head is read (the
                 # store commits in notification order), so a window, once read, has been seen whole.
-                window_end = min(cursor + batch_size, head)
+                window_end = min(cursor + pace.window, head)
+                began = time.perf_counter()
                 with _collector_paused():
                     if topics == []:  # handles nothing: only the position moves
                         notes: Sequence[Any] = []
                     else:
-                        notes = app.recorder.select_notifications(start=cursor, limit=batch_size, stop=window_end,
+                        notes = app.recorder.select_notifications(start=cursor, limit=pace.window, stop=window_end,
                                                                   topics=topics or (), inclusive_of_start=False)
                     items, failure = _decode(app, projection, version, notes)
                     del notes
@@ -183,6 +187,7 @@ def _run(app: Any, projection: Projection, backend: SqlBackend, version: int, ba
                         committed = cursor = backend.position(name, version) or 0
                     applied += len(items)
                     del items
+                pace.done(time.perf_counter() - began, head - cursor)
                 break
         if progress is not None:
             progress(min(cursor, head) - start, max(head - start, 0))
