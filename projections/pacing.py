@@ -7,24 +7,34 @@ number of row writes per event falls with the batch: a batch several times the n
 writes each of them about once.
 
 So the window grows while the run is far behind: it starts at ``batch_size`` (what a run at the head, e.g.
-``follow``, commits: it stays as responsive as before), quadruples after each committed batch that left more
-than two windows of lag and took less than ``BATCH_SECONDS``, up to ``max_batch`` (``GROWTH`` x
-``batch_size``, at most ``MAX_BATCH`` unless ``batch_size`` itself is larger), and halves after a batch that
-took more than twice ``BATCH_SECONDS``. Every commit is still one exact position (rows and position in one
-transaction), so exactly-once, leases (held batch by batch: a rebuild waits about ``BATCH_SECONDS`` at most
-for one) and failures naming their event are unchanged; a crash loses at most one batch of work.
+``follow``, commits: it stays as responsive as before) and quadruples after each committed batch that left
+more than two windows of lag, took less than ``BATCH_SECONDS`` and read less than ``BATCH_BYTES`` of stored
+events, up to ``GROWTH`` x ``batch_size`` (at most ``MAX_BATCH``, unless ``batch_size`` itself is larger);
+it halves after a batch that took more than twice ``BATCH_SECONDS`` or read more than twice ``BATCH_BYTES``.
+Every commit is still one exact position (rows and position in one transaction), so exactly-once, leases
+(held batch by batch: a rebuild waits for one batch, about ``BATCH_SECONDS``) and failures naming their
+event are unchanged; a crash loses at most one batch of work. Memory grows with the window (its events
+are decoded at once): about +130 MB at 100,000 notifications of the benchmark's chats (BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+from projections.notes import read_window
+
 #: how far the window may grow over ``batch_size``
-GROWTH = 64
-#: the factor of each growth step (a run far behind reaches the largest window after three batches)
+GROWTH = 200
+#: the factor of each growth step (500 reaches 32,000 after three batches)
 GROWTH_STEP = 4
 #: the largest window grown to (notifications): its decoded events are in memory at once
-MAX_BATCH = 50_000
+MAX_BATCH = 100_000
 #: a batch (read, decode, apply, commit) taking longer than this stops the growth; twice as long halves it
 BATCH_SECONDS = 2.0
+#: a batch whose stored payloads total more than this stops the growth; twice as much halves it (a window's
+#: events are in memory at once, decoded: about three times their stored size)
+BATCH_BYTES = 48 << 20
 
 
 class Pace:
@@ -37,11 +47,19 @@ class Pace:
         self.base, self.step = batch_size, GROWTH_STEP
         self.max = max(batch_size, min(batch_size * GROWTH, MAX_BATCH) if max_batch is None else max_batch)
         self.seconds = BATCH_SECONDS if seconds is None else seconds
+        self.max_bytes = BATCH_BYTES
         self.window = batch_size
+        self.bytes = 0  # stored payload bytes of the last window read
+
+    def read(self, app: Any, after: int, stop: int, topics: Sequence[str] | None) -> Sequence[Any]:
+        """The notifications of the window ``(after, stop]`` (at most ``window``; ``projections.notes``)."""
+        notes = read_window(app, after, stop, self.window, topics)
+        self.bytes = sum([len(n.state) for n in notes])
+        return notes
 
     def done(self, seconds: float, lag: int) -> None:
         """A batch committed in ``seconds``, leaving ``lag`` notifications to the head: size the next window."""
-        if seconds > 2 * self.seconds:
+        if seconds > 2 * self.seconds or self.bytes > 2 * self.max_bytes:
             self.window = max(self.base, self.window // 2)
-        elif seconds < self.seconds and lag > 2 * self.window:
+        elif seconds < self.seconds and self.bytes < self.max_bytes and lag > 2 * self.window:
             self.window = min(self.max, self.window * self.step)

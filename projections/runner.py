@@ -172,8 +172,7 @@ def _run(app: Any, projection: Projection, backend: SqlBackend, version: int, ba
                     if topics == []:  # handles nothing: only the position moves
                         notes: Sequence[Any] = []
                     else:
-                        notes = app.recorder.select_notifications(start=cursor, limit=pace.window, stop=window_end,
-                                                                  topics=topics or (), inclusive_of_start=False)
+                        notes = pace.read(app, cursor, window_end, topics)
                     items, failure = _decode(app, projection, version, notes)
                     del notes
                     if failure is None and not items and window_end < head:

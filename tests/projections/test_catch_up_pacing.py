@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from projections import MemoryStore, ProjectionError, catch_up, pacing, rebuild
+from projections import MemoryStore, ProjectionError, catch_up, notes, pacing, rebuild
 from projections.chats import ChatViews
 from projections.engine import BOOLEAN, INTEGER, JSON, REAL, TEXT, TIMESTAMP, Column, Table, Upsert, ViewState
 from tests.projections.projection_kit import read_build
@@ -25,9 +25,9 @@ PROPERTY = settings(max_examples=8, deadline=None,
 def rows_at(app: Any, position: int) -> dict[str, list[dict[str, Any]]]:
     """The chat views as a single batch over every chat event up to ``position`` gives them (the oracle)."""
     topics = set(ChatViews.topics)
-    notes = [n for n in app.recorder.select_notifications(start=1, limit=1 << 30, stop=position)
+    found = [n for n in app.recorder.select_notifications(start=1, limit=1 << 30, stop=position)
              if n.topic in topics]
-    return MemoryStore.run(ChatViews(app), [app.mapper.to_domain_event(n) for n in notes])
+    return MemoryStore.run(ChatViews(app), [app.mapper.to_domain_event(n) for n in found])
 
 
 @PROPERTY
@@ -85,35 +85,51 @@ def record_more(app: Any, steps: list[Any]) -> None:
             pass
 
 
+def windows_read(monkeypatch: Any) -> list[int]:
+    """The size of each window a log-order run reads from now on."""
+    seen: list[int] = []
+    read = pacing.Pace.read
+
+    def spy(self: Any, *args: Any) -> Any:
+        seen.append(self.window)
+        return read(self, *args)
+
+    monkeypatch.setattr(pacing.Pace, "read", spy)
+    return seen
+
+
 def test_a_catch_up_far_behind_commits_growing_windows(app: Any, backend: Any, monkeypatch: Any) -> None:
     """Far behind, the windows grow (fewer transactions); near the head they are the batch size again."""
     record(app, 30, [(i, {"type": "send_message", "text": f"m{i}"}) for i in range(60)])
     monkeypatch.setattr(pacing, "BATCH_SECONDS", 100.0)
     p = renamed(ChatViews, app, uuid.uuid4().hex[:6])
+    windows = windows_read(monkeypatch)
     commits: list[int] = []
     catch_up(app, p, backend, batch_size=2, progress=lambda done, total: commits.append(done))
-    steps = [b - a for a, b in zip(commits, commits[1:])]
-    assert max(steps) > 2 * 4  # 2, 8, 32, ... notifications per transaction
-    assert len(steps) < app.head() // 2  # windows of 2 would take at least head / 2 transactions
+    # (windows holding no chat event, the organization's first, commit with the next: no growth step)
+    assert [w for w in windows if w > 2][:2] == [8, 32] and max(windows) <= 2 * pacing.GROWTH
+    assert len(commits) - 1 < app.head() // 2  # windows of 2 would take at least head / 2 transactions
     assert read_build(backend, p) == replayed_rows(app)["chat_views"]
     record(app, 3, [])  # three more chats (a few notifications each)
-    commits.clear()
-    catch_up(app, p, backend, batch_size=2, progress=lambda done, total: commits.append(done))
-    assert all(b - a <= 2 for a, b in zip(commits, commits[1:])) and len(commits) > 2  # near the head: 2 at a time
+    windows.clear()
+    catch_up(app, p, backend, batch_size=2)
+    assert windows and set(windows) == {2}  # near the head: 2 at a time
     assert read_build(backend, p) == replayed_rows(app)["chat_views"]
 
 
-@given(base=st.integers(1, 1000), events=st.lists(st.tuples(st.floats(0, 10), st.integers(0, 10**7)), max_size=40))
+@given(base=st.integers(1, 1000),
+       events=st.lists(st.tuples(st.floats(0, 10), st.integers(0, 10**7), st.integers(0, 200 << 20)), max_size=40))
 def test_the_window_stays_between_the_batch_size_and_its_limit(base: int, events: list[Any]) -> None:
     pace = pacing.Pace(base)
     assert pace.max == max(base, min(base * pacing.GROWTH, pacing.MAX_BATCH))
-    for seconds, lag in events:
+    for seconds, lag, size in events:
         before = pace.window
+        pace.bytes = size  # (what ``read`` records of the window it read)
         pace.done(seconds, lag)
         assert base <= pace.window <= pace.max
-        if pace.window > before:  # grows only when fast and far behind
-            assert seconds < pace.seconds and lag > 2 * before
-        if seconds > 2 * pace.seconds:
+        if pace.window > before:  # grows only when fast, small and far behind
+            assert seconds < pace.seconds and size < pace.max_bytes and lag > 2 * before
+        if seconds > 2 * pace.seconds or size > 2 * pace.max_bytes:
             assert pace.window == max(base, before // 2)
 
 
@@ -137,3 +153,36 @@ def test_a_row_given_as_canonical_that_is_not_is_refused(change: dict[str, Any])
         state.apply(Upsert("t", missing, True))
     state.flush()
     assert store.rows("t") == [GOOD]
+
+
+@PROPERTY
+@given(steps=st.lists(st.tuples(st.integers(0, 2), ACTIONS), max_size=15),
+       windows=st.lists(st.tuples(st.integers(0, 60), st.integers(0, 60), st.integers(1, 70), st.booleans()),
+                        min_size=1, max_size=5))
+def test_a_window_of_the_log_reads_as_the_librarys(app: Any, backend: Any, steps: list[Any],
+                                                   windows: list[Any]) -> None:
+    """``notes.read_window`` gives the notifications ``select_notifications`` gives (ids, streams, versions,
+    topics, payloads, order), with or without a topic filter."""
+    record(app, 3, steps)
+    head = app.head()
+    for after, span, limit, filtered in windows:
+        after = min(after, head)
+        stop = min(after + span, head)
+        topics = list(ChatViews.topics) if filtered else None
+        ours = notes.read_window(app, after, stop, limit, topics)
+        theirs = app.recorder.select_notifications(start=after, limit=limit, stop=stop, topics=topics or (),
+                                                   inclusive_of_start=False)
+        assert [(n.id, n.originator_id, n.originator_version, n.topic, bytes(n.state)) for n in ours] == \
+            [(n.id, n.originator_id, n.originator_version, n.topic, bytes(n.state)) for n in theirs]
+
+
+def test_windows_do_not_grow_past_the_byte_budget(app: Any, backend: Any, monkeypatch: Any) -> None:
+    """Large stored events keep the window (and the memory of a batch) small: over the budget, no growth."""
+    record(app, 30, [(i, {"type": "send_message", "text": f"m{i}"}) for i in range(60)])
+    monkeypatch.setattr(pacing, "BATCH_SECONDS", 100.0)
+    monkeypatch.setattr(pacing, "BATCH_BYTES", 1)  # every window of events is "too large"
+    p = renamed(ChatViews, app, uuid.uuid4().hex[:6])
+    windows = windows_read(monkeypatch)
+    catch_up(app, p, backend, batch_size=2)
+    assert len(windows) >= app.head() // 2 and set(windows) == {2}
+    assert read_build(backend, p) == replayed_rows(app)["chat_views"]
