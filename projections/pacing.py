@@ -7,10 +7,11 @@ number of row writes per event falls with the batch: a batch several times the n
 writes each of them about once.
 
 So the window grows while the run is far behind: it starts at ``batch_size`` (what a run at the head, e.g.
-``follow``, commits: it stays as responsive as before) and quadruples after each committed batch that left
-more than two windows of lag, took less than ``BATCH_SECONDS`` and read less than ``BATCH_BYTES`` of stored
-events, up to ``GROWTH`` x ``batch_size`` (at most ``MAX_BATCH``, unless ``batch_size`` itself is larger);
-it halves after a batch that took more than twice ``BATCH_SECONDS`` or read more than twice ``BATCH_BYTES``.
+``follow``, commits: it stays as responsive as before); after each committed batch that left more than two
+windows of lag it grows toward the window that, at that batch's rates, would take ``BATCH_SECONDS`` and read
+``BATCH_BYTES`` of stored events — by at most ``GROWTH_STEP`` x, only when that at least doubles it, up to
+``GROWTH`` x ``batch_size`` (at most ``MAX_BATCH``, unless ``batch_size`` itself is larger); it halves after
+a batch that took more than twice ``BATCH_SECONDS`` or read more than twice ``BATCH_BYTES``.
 Every commit is still one exact position (rows and position in one transaction), so exactly-once, leases
 (held batch by batch: a rebuild waits for one batch, about ``BATCH_SECONDS``) and failures naming their
 event are unchanged; a crash loses at most one batch of work. Memory grows with the window (its events
@@ -26,13 +27,13 @@ from projections.notes import read_window
 
 #: how far the window may grow over ``batch_size``
 GROWTH = 200
-#: the factor of each growth step (500 reaches 32,000 after three batches)
-GROWTH_STEP = 4
+#: the largest factor of one growth step (500 can reach 100,000 after two batches)
+GROWTH_STEP = 16
 #: the largest window grown to (notifications): its decoded events are in memory at once
 MAX_BATCH = 100_000
-#: a batch (read, decode, apply, commit) taking longer than this stops the growth; twice as long halves it
+#: the time a batch (read, decode, apply, commit) may grow to take; twice as long halves the window
 BATCH_SECONDS = 2.0
-#: a batch whose stored payloads total more than this stops the growth; twice as much halves it (a window's
+#: the stored payload bytes a batch may grow to read; twice as much halves the window (a window's
 #: events are in memory at once, decoded: about three times their stored size)
 BATCH_BYTES = 48 << 20
 
@@ -61,5 +62,11 @@ class Pace:
         """A batch committed in ``seconds``, leaving ``lag`` notifications to the head: size the next window."""
         if seconds > 2 * self.seconds or self.bytes > 2 * self.max_bytes:
             self.window = max(self.base, self.window // 2)
-        elif seconds < self.seconds and self.bytes < self.max_bytes and lag > 2 * self.window:
-            self.window = min(self.max, self.window * self.step)
+            return
+        if lag <= 2 * self.window:
+            return
+        # Toward the window this batch's rates say would take ``seconds`` and read ``max_bytes``, by at most
+        # ``step`` at a time (and not for less than doubling).
+        factor = min(float(self.step), self.seconds / max(seconds, 1e-6), self.max_bytes / max(self.bytes, 1))
+        if factor >= 2:
+            self.window = min(self.max, int(self.window * factor))
