@@ -16,8 +16,10 @@ class Upsert:
 
     ``canonical=True`` says the row is already what ``Table.normalize_row`` would make of it (every column,
     each value canonical: the output of a trusted pure row function such as ``ledger.chat.views``): the
-    write path then stores it as given, without normalizing each column (the hot path of a catch-up at
-    thousands of chats). ``MemoryStore`` (the reference semantics, and what stream-wise builds fold
+    write path then stores it without normalizing each column (the hot path of a catch-up at thousands of
+    chats); only the values that come typed from event data are checked, one type check each
+    (``Table.vetted_row``: an integer out of range is refused on every backend, a timestamp in another zone
+    converted). ``MemoryStore`` (the reference semantics, and what stream-wise builds fold
     with) checks every such row against its normalized form and refuses one that differs, so the tests
     comparing stream-wise and log-order builds check the claim."""
 

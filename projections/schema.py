@@ -153,6 +153,10 @@ class Table:
         object.__setattr__(self, "_names", tuple(c.name for c in cols))
         object.__setattr__(self, "_normalizers", tuple((c.name, c.normalize) for c in cols))
         object.__setattr__(self, "_key_normalizers", tuple(self._by_name[k].normalize for k in self.primary_key))
+        # What ``vetted_row`` checks of a row given as canonical: the columns whose values come typed from
+        # event data and have limits the backends do not all enforce (integer ranges: SQLite has none) or a
+        # canonical form a value may lack (a timestamp in another zone); text and json are taken as given.
+        object.__setattr__(self, "_vetted", tuple((c.name, c.normalize) for c in cols if c.type not in (TEXT, JSON)))
         for index in self.indexes:
             for k in index:
                 if k not in by_name:
@@ -199,6 +203,16 @@ class Table:
             unknown = set(row) - set(out)
             raise ProjectionError(f"table {self.name} has no column(s) {', '.join(sorted(unknown))}")
         return out
+
+    def vetted_row(self, row: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A row given as canonical (``Upsert.canonical``): itself when each non-text, non-json value is
+        already canonical (one type check each), its normalized form when one is not (a timestamp in another
+        zone); an integer out of its column's range is refused as ``normalize_row`` refuses it."""
+        for name, norm in self._vetted:  # type: ignore[attr-defined]
+            v = row[name]
+            if v is not None and norm(v) is not v:
+                return self.normalize_row(row)
+        return row
 
     def normalize_changes(self, changes: Mapping[str, Any]) -> dict[str, Any]:
         out = {}

@@ -131,7 +131,8 @@ class ViewState:
         if op.canonical:
             if self.check_canonical:
                 check_canonical(t, row)
-            # Already canonical (``Upsert.canonical``): its key is its key columns' values as they are.
+            row = t.vetted_row(row)  # (integer ranges and timestamps checked: they come from event data)
+            # Canonical (``Upsert.canonical``): its key is its key columns' values as they are.
             k = tuple([row[c] for c in t.primary_key])
             ck = (t.name, k)
             self.known[ck] = row  # type: ignore[assignment]

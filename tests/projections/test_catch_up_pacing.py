@@ -191,3 +191,19 @@ def test_windows_do_not_grow_past_the_byte_budget(app: Any, backend: Any, monkey
     catch_up(app, p, backend, batch_size=2)
     assert len(windows) >= app.head() // 2 and set(windows) == {2}
     assert read_build(backend, p) == replayed_rows(app)["chat_views"]
+
+
+def test_canonical_rows_keep_the_limits_event_data_can_break() -> None:
+    """On the write path (no full check), a canonical row's integers and timestamps are still vetted: out of
+    range is refused as normalization refuses it (SQLite would store it), another zone is converted to UTC."""
+    from datetime import timedelta
+
+    store = MemoryStore([TABLE])
+    state = ViewState(store.tables, store, check_canonical=False)
+    with pytest.raises(ProjectionError, match=r"column n \(integer\): 2147483648 is out of range"):
+        state.apply(Upsert("t", {**GOOD, "n": 2**31}, True))
+    east = datetime(2026, 1, 1, 2, tzinfo=timezone(timedelta(hours=2)))
+    state.apply(Upsert("t", {**GOOD, "at": east}, True))
+    state.flush()
+    [row] = store.rows("t")
+    assert row == GOOD and row["at"].tzinfo is timezone.utc
