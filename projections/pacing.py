@@ -6,13 +6,13 @@ chat, so the rows, not the events, dominate a catch-up after a pause (BENCHMARKS
 number of row writes per event falls with the batch: a batch several times the number of active chats
 writes each of them about once.
 
-So the window grows while the run is far behind: it starts at ``batch_size`` (what a run at the head, e.g.
-``follow``, commits: it stays as responsive as before); after each committed batch that left more than two
-windows of lag it grows toward the window that, at that batch's rates, would take ``BATCH_SECONDS`` and read
-``BATCH_BYTES`` of stored events — by at most ``GROWTH_STEP`` x, only when that at least doubles it, up to
-``GROWTH`` x ``batch_size`` (at most ``MAX_BATCH``, unless ``batch_size`` itself is larger); it halves after
-a batch that took more than twice ``BATCH_SECONDS`` or read more than twice ``BATCH_BYTES``.
-Every commit is still one exact position (rows and position in one transaction), so exactly-once, leases
+So, unless the caller fixes the size (``batch_size=N``: windows of N, as before), the window grows while the
+run is far behind: it starts at ``DEFAULT_BATCH`` (what a run at the head, e.g. ``follow``, commits: it stays
+as responsive as before); after each committed batch that left more than two windows of lag it grows
+toward the window that, at that batch's rates, would take ``BATCH_SECONDS`` and read ``BATCH_BYTES`` of
+stored events — by at most ``GROWTH_STEP`` x, only when that at least doubles it, up to ``MAX_BATCH``; it
+halves (not below ``DEFAULT_BATCH``) after a batch that took more than twice ``BATCH_SECONDS`` or read more
+than twice ``BATCH_BYTES``. Every commit is still one exact position (rows and position in one transaction), so exactly-once, leases
 (held batch by batch: a rebuild waits for one batch, about ``BATCH_SECONDS``) and failures naming their
 event are unchanged; a crash loses at most one batch of work. Memory grows with the window (its events
 are decoded at once): about +130 MB at 100,000 notifications of the benchmark's chats (BENCHMARKS.md).
@@ -25,9 +25,9 @@ from typing import Any
 
 from projections.notes import read_window
 
-#: how far the window may grow over ``batch_size``
-GROWTH = 200
-#: the largest factor of one growth step (500 can reach 100,000 after two batches)
+#: the first window (and the smallest) of a run whose batch size is not fixed
+DEFAULT_BATCH = 500
+#: the largest factor of one growth step (500 can reach 100,000 in two batches)
 GROWTH_STEP = 16
 #: the largest window grown to (notifications): its decoded events are in memory at once
 MAX_BATCH = 100_000
@@ -41,15 +41,15 @@ BATCH_BYTES = 48 << 20
 class Pace:
     """The window of the next batch of a log-order run (see the module)."""
 
-    def __init__(self, batch_size: int, max_batch: int | None = None, seconds: float | None = None) -> None:
-        if batch_size < 1:
+    def __init__(self, batch_size: int | None = None) -> None:
+        """``batch_size``: fixed windows of that many notifications; None: windows that grow (the module)."""
+        if batch_size is not None and batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         # The module's settings are read here, per run (tests vary them).
-        self.base, self.step = batch_size, GROWTH_STEP
-        self.max = max(batch_size, min(batch_size * GROWTH, MAX_BATCH) if max_batch is None else max_batch)
-        self.seconds = BATCH_SECONDS if seconds is None else seconds
-        self.max_bytes = BATCH_BYTES
-        self.window = batch_size
+        self.base = DEFAULT_BATCH if batch_size is None else batch_size
+        self.max = self.base if batch_size is not None else max(self.base, MAX_BATCH)
+        self.step, self.seconds, self.max_bytes = GROWTH_STEP, BATCH_SECONDS, BATCH_BYTES
+        self.window = self.base
         self.bytes = 0  # stored payload bytes of the last window read
 
     def read(self, app: Any, after: int, stop: int, topics: Sequence[str] | None) -> Sequence[Any]:
@@ -60,6 +60,8 @@ class Pace:
 
     def done(self, seconds: float, lag: int) -> None:
         """A batch committed in ``seconds``, leaving ``lag`` notifications to the head: size the next window."""
+        if self.max == self.base:
+            return  # fixed windows
         if seconds > 2 * self.seconds or self.bytes > 2 * self.max_bytes:
             self.window = max(self.base, self.window // 2)
             return

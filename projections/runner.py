@@ -125,7 +125,7 @@ def _collector_paused() -> Iterator[None]:
                 gc.enable()
 
 
-def _run(app: Any, projection: Projection, backend: SqlBackend, version: int, batch_size: int,
+def _run(app: Any, projection: Projection, backend: SqlBackend, version: int, batch_size: int | None,
          progress: Progress | None, stop: int | None = None, purpose: str | None = None,
          wait: float = 0.0) -> int:
     """Apply every notification after the build's position up to ``stop`` (default: the head now).
@@ -221,11 +221,12 @@ def _commit(backend: SqlBackend, projection: Projection, version: int, items: li
     raise failure
 
 
-def catch_up(app: Any, projection: Projection, backend: SqlBackend, batch_size: int = 500,
+def catch_up(app: Any, projection: Projection, backend: SqlBackend, batch_size: int | None = None,
              progress: Progress | None = None, wait: float = 0.0, purpose: str = "catch-up") -> int:
     """Bring the maintained build up to the head of the log; returns the number of events applied.
 
-    Commits every ``batch_size`` notifications (rows + position in one transaction), so an interrupted
+    Commits every ``batch_size`` notifications (None: windows from 500 that grow while far behind,
+    ``projections.pacing``; rows + position in one transaction), so an interrupted
     catch-up resumes where it stopped; each batch holds the build's lease, waiting up to ``wait`` seconds
     for it (``BuildBusy`` after that). ``progress(done, total)`` is called after each batch (in
     notifications). The first build of a projection becomes live when it reaches the head. Raises

@@ -33,21 +33,24 @@ def rows_at(app: Any, position: int) -> dict[str, list[dict[str, Any]]]:
 @PROPERTY
 @given(n_chats=st.integers(1, 5),
        segments=st.lists(st.tuples(st.lists(st.tuples(st.integers(0, 4), ACTIONS), max_size=12),
-                                   st.integers(1, 9), st.sampled_from([1, 2, 4]), st.sampled_from([0.0, 100.0])),
+                                   st.one_of(st.none(), st.integers(1, 9)), st.integers(1, 3),
+                                   st.sampled_from([2, 4, 16]), st.sampled_from([0.0, 100.0])),
                          min_size=1, max_size=4))
 def test_incremental_catch_up_is_exact_at_each_commit_and_equals_a_rebuild(
         app: Any, backend: Any, monkeypatch: Any, n_chats: int, segments: list[Any]) -> None:
-    """Each segment records some commands, then catches up with its own batch size and growth (step 1: fixed
-    windows; time limit 0: every batch counts as slow, so the window shrinks back to the batch size)."""
+    """Each segment records some commands, then catches up with a fixed batch size or growing windows (from
+    a first window of 1-3, by steps up to 2-16x; time limit 0: every batch counts as slow, so the window
+    shrinks back to the first)."""
     p = renamed(ChatViews, app, uuid.uuid4().hex[:6])
     version = p.version
     created = False
-    for steps, batch, step, seconds in segments:
+    for steps, batch, first, step, seconds in segments:
         if not created:
             record(app, n_chats, steps)
             created = True
         else:
             record_more(app, steps)
+        monkeypatch.setattr(pacing, "DEFAULT_BATCH", first)
         monkeypatch.setattr(pacing, "GROWTH_STEP", step)
         monkeypatch.setattr(pacing, "BATCH_SECONDS", seconds)
         positions: list[int] = []
@@ -102,27 +105,36 @@ def test_a_catch_up_far_behind_commits_growing_windows(app: Any, backend: Any, m
     """Far behind, the windows grow (fewer transactions); near the head they are the batch size again."""
     record(app, 30, [(i, {"type": "send_message", "text": f"m{i}"}) for i in range(60)])
     monkeypatch.setattr(pacing, "BATCH_SECONDS", 100.0)
+    monkeypatch.setattr(pacing, "DEFAULT_BATCH", 2)
     p = renamed(ChatViews, app, uuid.uuid4().hex[:6])
     windows = windows_read(monkeypatch)
     commits: list[int] = []
-    catch_up(app, p, backend, batch_size=2, progress=lambda done, total: commits.append(done))
+    catch_up(app, p, backend, progress=lambda done, total: commits.append(done))
     # (windows holding no chat event, the organization's first, commit with the next: no growth step)
     grown = [w for w in windows if w > 2]
-    assert grown and 2 * 2 <= grown[0] <= 2 * pacing.GROWTH_STEP and max(windows) <= 2 * pacing.GROWTH
+    assert grown and 2 * 2 <= grown[0] <= 2 * pacing.GROWTH_STEP and max(windows) <= pacing.MAX_BATCH
     assert len(commits) - 1 < app.head() // 2  # windows of 2 would take at least head / 2 transactions
     assert read_build(backend, p) == replayed_rows(app)["chat_views"]
     record(app, 3, [])  # three more chats (a few notifications each)
     windows.clear()
-    catch_up(app, p, backend, batch_size=2)
+    catch_up(app, p, backend)
     assert windows and set(windows) == {2}  # near the head: 2 at a time
     assert read_build(backend, p) == replayed_rows(app)["chat_views"]
+    # a batch size given is fixed: windows of that size however far behind
+    fixed = renamed(ChatViews, app, uuid.uuid4().hex[:6])
+    windows.clear()
+    catch_up(app, fixed, backend, batch_size=3)
+    assert len(windows) >= app.head() // 3 and set(windows) == {3}
+    assert read_build(backend, fixed) == read_build(backend, p)
 
 
 @given(base=st.integers(1, 1000),
        events=st.lists(st.tuples(st.floats(0, 10), st.integers(0, 10**7), st.integers(0, 200 << 20)), max_size=40))
 def test_the_window_stays_between_the_batch_size_and_its_limit(base: int, events: list[Any]) -> None:
-    pace = pacing.Pace(base)
-    assert pace.max == max(base, min(base * pacing.GROWTH, pacing.MAX_BATCH))
+    assert pacing.Pace(base).max == base  # a batch size given: fixed
+    pace = pacing.Pace()
+    pace.base = pace.window = base  # (as if DEFAULT_BATCH were base)
+    assert pace.max == pacing.MAX_BATCH
     for seconds, lag, size in events:
         before = pace.window
         pace.bytes = size  # (what ``read`` records of the window it read)
@@ -186,9 +198,10 @@ def test_windows_do_not_grow_past_the_byte_budget(app: Any, backend: Any, monkey
     record(app, 30, [(i, {"type": "send_message", "text": f"m{i}"}) for i in range(60)])
     monkeypatch.setattr(pacing, "BATCH_SECONDS", 100.0)
     monkeypatch.setattr(pacing, "BATCH_BYTES", 1)  # every window of events is "too large"
+    monkeypatch.setattr(pacing, "DEFAULT_BATCH", 2)
     p = renamed(ChatViews, app, uuid.uuid4().hex[:6])
     windows = windows_read(monkeypatch)
-    catch_up(app, p, backend, batch_size=2)
+    catch_up(app, p, backend)
     assert len(windows) >= app.head() // 2 and set(windows) == {2}
     assert read_build(backend, p) == replayed_rows(app)["chat_views"]
 

@@ -143,10 +143,7 @@ def test_blue_green_row_differences_and_equal_rebuild(app: Any, backend: Any) ->
     assert sorted(backend.builds(p.name)) == [2, 3]  # the previous live build is kept, older ones dropped
 
 
-def test_readers_never_see_a_half_built_table(app: Any, backend: Any, monkeypatch: Any) -> None:
-    from projections import pacing
-
-    monkeypatch.setattr(pacing, "GROWTH_STEP", 1)  # windows of 10 throughout: many half-built positions
+def test_readers_never_see_a_half_built_table(app: Any, backend: Any) -> None:
     w = Writer(app)
     w.save(w.items(n_groups=20, per_group=10))  # 200 items, built in many small batches below
     p = renamed(Items)
