@@ -10,11 +10,12 @@ So, unless the caller fixes the size (``batch_size=N``: windows of N, as before)
 run is far behind: it starts at ``DEFAULT_BATCH`` (what a run at the head, e.g. ``follow``, commits: it stays
 as responsive as before); after each committed batch that left more than two windows of lag it grows
 toward the window that, at that batch's rates, would take ``BATCH_SECONDS`` and read ``BATCH_BYTES`` of
-stored events — by at most ``GROWTH_STEP`` x, only when that at least doubles it, up to ``MAX_BATCH``; it
+stored events — by at most ``GROWTH_STEP`` x, only when that is at least 1.5x, up to ``MAX_BATCH``; it
 halves (not below ``DEFAULT_BATCH``) after a batch that took more than twice ``BATCH_SECONDS`` or read more
 than twice ``BATCH_BYTES``. Every commit is still one exact position (rows and position in one transaction), so exactly-once, leases
 (held batch by batch: a rebuild waits for one batch, about ``BATCH_SECONDS``) and failures naming their
-event are unchanged; a crash loses at most one batch of work. Memory grows with the window (its events
+event are unchanged; a crash loses at most one batch of work. On SQLite a batch's view transaction (about
+half its time) holds the file's write lock: commands then wait up to that long (their lock timeout is 30 s). Memory grows with the window (its events
 are decoded at once): about +130 MB at 100,000 notifications of the benchmark's chats (BENCHMARKS.md).
 """
 
@@ -32,7 +33,7 @@ GROWTH_STEP = 16
 #: the largest window grown to (notifications): its decoded events are in memory at once
 MAX_BATCH = 100_000
 #: the time a batch (read, decode, apply, commit) may grow to take; twice as long halves the window
-BATCH_SECONDS = 2.0
+BATCH_SECONDS = 4.0
 #: the stored payload bytes a batch may grow to read; twice as much halves the window (a window's
 #: events are in memory at once, decoded: about three times their stored size)
 BATCH_BYTES = 48 << 20
@@ -68,7 +69,7 @@ class Pace:
         if lag <= 2 * self.window:
             return
         # Toward the window this batch's rates say would take ``seconds`` and read ``max_bytes``, by at most
-        # ``step`` at a time (and not for less than doubling).
+        # ``step`` at a time (and not for less than half as much again).
         factor = min(float(self.step), self.seconds / max(seconds, 1e-6), self.max_bytes / max(self.bytes, 1))
-        if factor >= 2:
+        if factor >= 1.5:
             self.window = min(self.max, int(self.window * factor))
