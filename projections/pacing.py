@@ -16,7 +16,7 @@ than twice ``BATCH_BYTES``. Every commit is still one exact position (rows and p
 (held batch by batch: a rebuild waits for one batch, about ``BATCH_SECONDS``) and failures naming their
 event are unchanged; a crash loses at most one batch of work. On SQLite a batch's view transaction (about
 half its time) holds the file's write lock: commands then wait up to that long (their lock timeout is 30 s). Memory grows with the window (its events
-are decoded at once): about +130 MB at 100,000 notifications of the benchmark's chats (BENCHMARKS.md).
+are decoded at once): +140-235 MB at 100,000 notifications of the benchmark's chats (BENCHMARKS.md).
 """
 
 from __future__ import annotations
