@@ -81,7 +81,7 @@ def _ledger_error(e: ProjectionError) -> LedgerError:
     return LedgerError(code, str(e))
 
 
-def catch_up_one(app: Any, projection: Any, backend: Any, batch_size: int = 500, progress: Progress = None,
+def catch_up_one(app: Any, projection: Any, backend: Any, batch_size: int | None = None, progress: Progress = None,
                  wait: float = QUERY_WAIT) -> int:
     """Catch one projection up to the head, waiting up to ``wait`` seconds for another writer of its build."""
     try:

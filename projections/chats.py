@@ -4,7 +4,9 @@ one projection, ``chat_views``.
 It folds each chat stream with the chat's own ``evolve`` (``projections.folding``) and, at the end of
 each batch, writes the rows the pure row functions of ``ledger.chat.views`` give for each touched chat's
 state after the batch: an upsert of what changed, a delete of what is gone. So the tables hold exactly
-the rows computed from the replayed states (at every committed position). The three tables share one
+the rows computed from the replayed states (at every committed position). The row functions are pure and
+give canonical values, so their rows are upserted as canonical (``Upsert.canonical``: not normalized
+column by column on the write path; checked against normalization by every stream-wise build). The three tables share one
 fold, one tracking position and one transaction per batch: an event is decoded and folded once, however
 many views it changes, and the three views are always consistent with each other (a status row's
 queue_length equals its queue rows).
@@ -18,10 +20,10 @@ from ledger.chat import events as ev
 from ledger.chat.evolve import evolve
 from ledger.chat.state import unresolved_tool_calls
 from ledger.chat.views import queue_row, status_values, unresolved_values, uuid_str
-from projections.engine import (
-    BIGINT, BOOLEAN, INTEGER, JSON, TEXT, TIMESTAMP, Column, Delete, Projection, ProjectionError, RowOp, Rows,
-    Table, Upsert,
-)
+from projections.engine import Projection
+from projections.errors import ProjectionError
+from projections.rowops import Delete, RowOp, Rows, Upsert
+from projections.schema import BIGINT, BOOLEAN, INTEGER, JSON, TEXT, TIMESTAMP, Column, Table
 from projections.folding import StreamFold
 
 CHAT_TOPICS = tuple(sorted(cls.TOPIC for cls in vars(ev).values()
@@ -115,7 +117,7 @@ class ChatViews(Projection):
         put = self.fold.put
         for key, (after, old_sig, old_queue) in self._touched.items():
             put(key, after.version, after)
-            ops.append(Upsert(STATUS, status_values(after)))
+            ops.append(Upsert(STATUS, status_values(after), True))
             new_sig = _outstanding(after)
             if new_sig != old_sig:
                 ops.extend(_calls_diff(uuid_str(after.chat_id), old_sig, new_sig, after))
@@ -144,7 +146,7 @@ def _calls_diff(chat_id: str, old_sig: tuple[Any, ...] | None, new_sig: tuple[An
     ops: list[RowOp] = [Delete(UNRESOLVED, (chat_id, cid)) for cid in (old_sig[1:] if old_sig else ())
                         if cid not in new_ids or not same_message]
     if not new_ids <= kept:  # (a result closing a call only deletes its row)
-        ops.extend(Upsert(UNRESOLVED, row) for row in unresolved_values(after) if row["tool_call_id"] not in kept)
+        ops.extend(Upsert(UNRESOLVED, row, True) for row in unresolved_values(after) if row["tool_call_id"] not in kept)
     return ops
 
 
@@ -157,7 +159,7 @@ def _queue_diff(old: list[Any], after: Any) -> list[RowOp]:
     # the rows to write are those of the prompts that were not in the queue before the batch, as the
     # same object.
     kept = {id(q) for q in old}
-    ops.extend(Upsert(QUEUE, queue_row(after.chat_id, q)) for q in after.queue if id(q) not in kept)
+    ops.extend(Upsert(QUEUE, queue_row(after.chat_id, q), True) for q in after.queue if id(q) not in kept)
     return ops
 
 

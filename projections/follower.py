@@ -35,7 +35,7 @@ class Follower:
     """
 
     def __init__(self, app: Any, projections: Sequence[Projection], backend: SqlBackend,
-                 poll_interval: float = 1.0, batch_size: int = 500,
+                 poll_interval: float = 1.0, batch_size: int | None = None,
                  reconnect_delay: tuple[float, float] = (0.1, 5.0),
                  on_failure: Callable[[Projection, ProjectionError], None] | None = None,
                  on_batch: Callable[[Projection, int, int], None] | None = None) -> None:
@@ -146,7 +146,7 @@ class Follower:
 
 
 def follow(app: Any, projections: Projection | Sequence[Projection], backend: SqlBackend,
-           poll_interval: float = 1.0, stop_event: threading.Event | None = None, batch_size: int = 500,
+           poll_interval: float = 1.0, stop_event: threading.Event | None = None, batch_size: int | None = None,
            reconnect_delay: tuple[float, float] = (0.1, 5.0),
            on_failure: Callable[[Projection, ProjectionError], None] | None = None) -> Follower:
     """Follow the log until ``stop_event`` is set (forever without one). Returns the follower (stats)."""

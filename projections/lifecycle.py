@@ -66,7 +66,7 @@ class _Fill:
     """How a rebuild fills a new build: in log order (``_run``), or stream-wise up to a fixed head and then in
     log order (``projections.streamwise``), falling back to log order for a stream it cannot fold."""
 
-    def __init__(self, app: Any, projection: Projection, backend: SqlBackend, batch_size: int,
+    def __init__(self, app: Any, projection: Projection, backend: SqlBackend, batch_size: int | None,
                  progress: Progress | None, streamwise: bool, workers: int) -> None:
         self.app, self.projection, self.backend = app, projection, backend
         self.batch_size, self.progress, self.streamwise, self.workers = batch_size, progress, streamwise, workers
@@ -101,7 +101,7 @@ class _Fill:
 
 
 def rebuild(app: Any, projection: Projection, backend: SqlBackend, blue_green: bool = False,
-            accept_diff: bool = False, batch_size: int = 500, progress: Progress | None = None,
+            accept_diff: bool = False, batch_size: int | None = None, progress: Progress | None = None,
             wait: float = REBUILD_WAIT, streamwise: bool | None = None, workers: int = 1) -> RebuildResult:
     """Rebuild a projection from the start of the log.
 

@@ -30,11 +30,13 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+import time
 from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, ContextManager, Iterator, Sequence
 
 from projections.backend import SqlBackend
 from projections.engine import BuildBusy, BuildGone, PositionConflict, Projection, ProjectionError, ProjectionFailed
+from projections.pacing import Pace
 from projections.records import Diff, Switch
 
 log = logging.getLogger(__name__)
@@ -123,7 +125,7 @@ def _collector_paused() -> Iterator[None]:
                 gc.enable()
 
 
-def _run(app: Any, projection: Projection, backend: SqlBackend, version: int, batch_size: int,
+def _run(app: Any, projection: Projection, backend: SqlBackend, version: int, batch_size: int | None,
          progress: Progress | None, stop: int | None = None, purpose: str | None = None,
          wait: float = 0.0) -> int:
     """Apply every notification after the build's position up to ``stop`` (default: the head now).
@@ -142,6 +144,7 @@ def _run(app: Any, projection: Projection, backend: SqlBackend, version: int, ba
     topics = None if projection.topics is None else list(projection.topics)
     committed = cursor = -1
     applied = 0
+    pace = Pace(batch_size)  # the window grows while far behind (projections.pacing)
     if progress is not None:
         progress(0, max(head - start, 0))
     while True:
@@ -163,13 +166,13 @@ def _run(app: Any, projection: Projection, backend: SqlBackend, version: int, ba
                 # rest of the log and a sort, per page, when its statistics are stale (as after a bulk
                 # import) — a rebuild became quadratic. Ids <= head are all committed when head is read (the
                 # store commits in notification order), so a window, once read, has been seen whole.
-                window_end = min(cursor + batch_size, head)
+                window_end = min(cursor + pace.window, head)
+                began = time.perf_counter()
                 with _collector_paused():
                     if topics == []:  # handles nothing: only the position moves
                         notes: Sequence[Any] = []
                     else:
-                        notes = app.recorder.select_notifications(start=cursor, limit=batch_size, stop=window_end,
-                                                                  topics=topics or (), inclusive_of_start=False)
+                        notes = pace.read(app, cursor, window_end, topics)
                     items, failure = _decode(app, projection, version, notes)
                     del notes
                     if failure is None and not items and window_end < head:
@@ -183,6 +186,7 @@ def _run(app: Any, projection: Projection, backend: SqlBackend, version: int, ba
                         committed = cursor = backend.position(name, version) or 0
                     applied += len(items)
                     del items
+                pace.done(time.perf_counter() - began, head - cursor)
                 break
         if progress is not None:
             progress(min(cursor, head) - start, max(head - start, 0))
@@ -217,11 +221,12 @@ def _commit(backend: SqlBackend, projection: Projection, version: int, items: li
     raise failure
 
 
-def catch_up(app: Any, projection: Projection, backend: SqlBackend, batch_size: int = 500,
+def catch_up(app: Any, projection: Projection, backend: SqlBackend, batch_size: int | None = None,
              progress: Progress | None = None, wait: float = 0.0, purpose: str = "catch-up") -> int:
     """Bring the maintained build up to the head of the log; returns the number of events applied.
 
-    Commits every ``batch_size`` notifications (rows + position in one transaction), so an interrupted
+    Commits every ``batch_size`` notifications (None: windows from 500 that grow while far behind,
+    ``projections.pacing``; rows + position in one transaction), so an interrupted
     catch-up resumes where it stopped; each batch holds the build's lease, waiting up to ``wait`` seconds
     for it (``BuildBusy`` after that). ``progress(done, total)`` is called after each batch (in
     notifications). The first build of a projection becomes live when it reaches the head. Raises

@@ -52,9 +52,10 @@ def _legend() -> str:
 
 #: ``--batch-size`` of ``projections catch-up`` and ``rebuild``
 batch_size_option = click.option(
-    "--batch-size", type=click.IntRange(1, 100_000), default=500, show_default=True,
-    help="Notifications per transaction. Larger batches rebuild logs of many chats recorded at once much "
-         "faster (fewer rewrites of each chat's rows); a crash loses at most one batch of work.")
+    "--batch-size", type=click.IntRange(1, 100_000), default=None,
+    help="Notifications per transaction. Default: 500 near the head, growing while far behind (up to "
+         "100,000), so logs of many chats recorded at once catch up with fewer rewrites of each chat's rows. "
+         "A crash loses at most one batch of work.")
 
 
 @click.command("status", epilog=_legend())

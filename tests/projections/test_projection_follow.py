@@ -61,7 +61,8 @@ def pg(pg_url: str) -> Iterator[tuple[Any, Any]]:
 
 
 def caught_up(app: Any, backend: Any, p: Any) -> Callable[[], bool]:
-    return lambda: backend.position(p.name, p.version) == app.head()
+    # at the head and live: a first build switches live right after its last batch commits (not in it)
+    return lambda: backend.position(p.name, p.version) == app.head() and backend.live_version(p.name) is not None
 
 
 def terminate(pid: int) -> None:

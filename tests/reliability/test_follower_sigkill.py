@@ -52,7 +52,7 @@ def test_catch_up_killed_mid_batch_then_restarted(db_url: str, app: Any) -> None
             except Exception:  # noqa: BLE001 - the child may be creating the tables
                 position = None
             if position:  # the first batch committed: the next one is being applied now
-                time.sleep(0.05)
+                # (at once: eight batches of 1,000 of these small chats now take well under 50 ms)
                 child.send_signal(signal.SIGKILL)
                 killed_at = position
                 break
