@@ -21,7 +21,7 @@ import hashlib
 import json
 import logging
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
@@ -292,15 +292,16 @@ class PostgresBackend(SqlBackend):
 
     @contextmanager
     def _batch_writes(self, cur: Any, most_rows: int) -> Iterator[None]:
-        # Not in pipeline mode: psycopg 3.3 with libpq 18 never completes a pipelined statement of more than a
-        # few MB (a tool call's arguments can be that large: tests/projections/test_large_rows.py). Big batches
-        # go through COPY.
-        # Asynchronous commit (no WAL flush wait): a view is derived data whose rows and position commit
-        # atomically, so a server crash can only lose the last batches whole — the position goes back with
-        # them and they are applied again from the log. Ledger writes are not affected (their own
-        # transactions, synchronous).
-        cur.execute("SET LOCAL synchronous_commit TO off")
-        yield
+        # Small batches: every statement of the write phase in one pipeline (statements sent without
+        # waiting for each other: fewer round trips). Big ones go through COPY, which pipeline mode
+        # does not allow.
+        with cur.connection.pipeline() if most_rows < COPY_THRESHOLD else nullcontext():
+            # Asynchronous commit (no WAL flush wait): a view is derived data whose rows and position
+            # commit atomically, so a server crash can only lose the last batches whole — the position
+            # goes back with them and they are applied again from the log. Ledger writes are not
+            # affected (their own transactions, synchronous).
+            cur.execute("SET LOCAL synchronous_commit TO off")
+            yield
 
     def _upsert_rows(self, cur: Any, table: Table, name: str, rows: list[dict[str, Any]]) -> None:
         if len(rows) < COPY_THRESHOLD:

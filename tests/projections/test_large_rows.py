@@ -1,8 +1,9 @@
 """A view row as large as what was recorded (a tool call's arguments of many megabytes) is written like any other.
 
-The PostgreSQL views' writes were pipelined for small batches; with psycopg 3.3 and libpq 18 a pipelined
-statement of a few MB never completed, so the follower would have stopped at such an event holding its build's
-lease. ``projections catch-up`` runs in a real process with a deadline: a hang fails the test.
+The ledger's PostgreSQL insert, pipelined, never completed at this size (psycopg 3.3, libpq 18;
+tests/store/test_large_saves.py). The views' small batches are written by a pipelined ``executemany``, which
+was checked here not to have that failure; this test keeps it so. ``projections catch-up`` runs in a real
+process with a deadline: a hang fails the test.
 """
 
 from __future__ import annotations
