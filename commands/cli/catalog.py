@@ -67,7 +67,8 @@ def resolve_model_cmd(c: Ctx, chat_id: str, context: str, user: str | None, vers
     """The model a chat's generation would run on (now, or as of --at/--as-of), and why. Records nothing."""
     check_as_of(version, as_of, with_current_settings)
     cid = c.chat_id(chat_id)
-    row = resolve_chat_model(c.app, cid, context, c.chat_user_id(user, cid) if user else None,
+    row = resolve_chat_model(c.app, cid, context,
+                             c.typed_ids({"user_id": user}, c.chat_scope(cid))["user_id"] if user else None,
                              version=version, as_of=as_of, with_current_settings=with_current_settings)
     if as_json:
         emit_json(row)
@@ -127,14 +128,10 @@ def _catalog_command(name: str, ctype: str, help: str, *params: Any, build: Any 
     def callback(c: Ctx, org: str, as_json: bool, idempotency_key: str | None, actor: str | None, **kw: Any) -> None:
         fields = build(**kw) if build else kw
         org_id = c.org_id(org)
-        if fields.get("user_id"):
-            fields["user_id"] = str(c.user_id(fields["user_id"], org_id))
-        if fields.get("model_config_id") and ctype != "create_model_config":  # create mints the id: given whole
-            fields["model_config_id"] = str(c.model_config_id(fields["model_config_id"], org_id))
-        if actor:
-            actor = str(c.user_id(actor, org_id))
+        minted = {"model_config_id": fields.pop("model_config_id", None)} if ctype == "create_model_config" else {}
         run_catalog_command(c, {"type": ctype, "organization_id": str(org_id), "idempotency_key": idempotency_key,
-                                "actor": actor, **fields}, as_json)
+                                **c.typed_ids({"actor": actor, **fields}, lambda: (org_id, ())), **minted},
+                            as_json)  # create mints the model config's id: given whole
 
     cmd: Any = pass_ctx(callback)
     for p in reversed(params):

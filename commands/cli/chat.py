@@ -68,21 +68,6 @@ def run_command(c: Ctx, command: dict[str, Any], as_json: bool) -> None:
     click.echo(line)
 
 
-def _people(c: Ctx, chat_id: Any, **fields: Any) -> dict[str, Any]:
-    """``fields`` with the ids people type for a chat command (``actor``, ``created_by``, ``model_config_id``)
-    resolved from unique prefixes among the chat's organization (its members and owner, its model configs)."""
-    org: Any = None
-    for name, value in fields.items():
-        if value is None or name not in ("actor", "created_by", "model_config_id"):
-            continue
-        if name == "model_config_id":
-            org = org or c.chat_org(chat_id)[0]
-            fields[name] = str(c.model_config_id(value, org))
-        else:
-            fields[name] = str(c.chat_user_id(value, chat_id))
-    return fields
-
-
 @click.group()
 def chat() -> None:
     """Human forms of the chat commands (apply takes the same commands as JSON)."""
@@ -95,7 +80,7 @@ def _chat_command(name: str, ctype: str, help: str, *params: Callable[[Any], Any
         fields = build(**kw) if build else kw
         cid = c.chat_id(chat_id)
         run_command(c, {"type": ctype, "chat_id": str(cid), "idempotency_key": idempotency_key,
-                        **_people(c, cid, actor=actor, **fields)}, as_json)
+                        **c.typed_ids({"actor": actor, **fields}, c.chat_scope(cid))}, as_json)
 
     cmd: Any = pass_ctx(callback)
     for p in reversed(params):
@@ -125,14 +110,10 @@ def chat_create(c: Ctx, as_json: bool, idempotency_key: str | None, actor: str |
     """Create a chat with its first user message (--org, --owner, --parent, --model and --actor take unique
     prefixes too)."""
     org = c.org_id(kw["organization_id"])
-    kw.update(organization_id=str(org), owner_id=str(c.user_id(kw["owner_id"], org)))
-    if actor:
-        actor = str(c.user_id(actor, org))
-    if kw.get("model_config_id"):
-        kw["model_config_id"] = str(c.model_config_id(kw["model_config_id"], org))
+    kw = c.typed_ids({**kw, "actor": actor, "organization_id": str(org)}, lambda: (org, ()))
     if kw.get("parent_chat_id"):
         kw["parent_chat_id"] = str(c.chat_id(kw["parent_chat_id"]))
-    run_command(c, {"type": "create_chat", "idempotency_key": idempotency_key, "actor": actor,
+    run_command(c, {"type": "create_chat", "idempotency_key": idempotency_key,
                     "hook_allowed_tools": list(hook_allowed_tools) or None,
                     "dynamic_tools": list(dynamic_tools),
                     "initial_status": "waiting" if waiting else "running", **kw}, as_json)

@@ -44,6 +44,10 @@ CREATING_COMMANDS = frozenset({
     ("tokens", "create"), ("serve",),
 })
 
+#: command fields that hold an id people type, and what each is called in messages (``Ctx.typed_ids``)
+ID_FIELDS = {"actor": "user id", "created_by": "user id", "owner_id": "user id", "user_id": "user id",
+             "model_config_id": "model config id"}
+
 STATUS_COLUMNS = ("chat_id", "execution_state", "status", "queue_length", "message_count", "version", "title")
 
 
@@ -125,37 +129,44 @@ class Ctx:
         full = parse_full(value, "organization id")
         return full if full is not None else organization_id(self.app, value)
 
-    def user_id(self, value: str, org: UUID | None, also: tuple[UUID, ...] = ()) -> UUID:
+    def user_id(self, value: str, org: UUID | None) -> UUID:
         from commands.idlookup import parse_full, user_id
 
         full = parse_full(value, "user id")
-        return full if full is not None else user_id(self.app, value, org, also)
+        return full if full is not None else user_id(self.app, value, org)
 
-    def model_config_id(self, value: str, org: UUID) -> UUID:
-        from commands.idlookup import model_config_id, parse_full
+    def typed_ids(self, fields: dict[str, Any], scope: Callable[[], tuple[UUID, tuple[UUID, ...]]]) -> dict[str, Any]:
+        """``fields`` with the ids people type for users (``ID_FIELDS``) and model configs taken whole, or resolved
+        from a unique prefix among ``scope()``: the organization, and other users to consider (a chat's
+        owner). ``scope`` is called once, and only when a prefix is given."""
+        from commands.idlookup import model_config_id, parse_full, user_id
 
-        full = parse_full(value, "model config id")
-        return full if full is not None else model_config_id(self.app, value, org)
+        out, known = dict(fields), []
+        for name, value in fields.items():
+            what = ID_FIELDS.get(name)
+            if value is None or what is None:
+                continue
+            full = parse_full(value, what)
+            if full is None:
+                known = known or [scope()]
+                org, also = known[0]
+                full = (model_config_id(self.app, value, org) if what == "model config id"
+                        else user_id(self.app, value, org, also))
+            out[name] = str(full)
+        return out
 
-    def chat_user_id(self, value: str, chat_id: UUID) -> UUID:
-        """A user id typed for a command on a chat: full, or a prefix of a member of the chat's organization
-        or of its owner."""
-        from commands.idlookup import parse_full
-
-        full = parse_full(value, "user id")
-        if full is not None:
-            return full
-        org, owner = self.chat_org(chat_id)
-        return self.user_id(value, org, (owner,))
-
-    def chat_org(self, chat_id: UUID) -> tuple[UUID, UUID]:
-        """The chat's organization and owner (``chat_not_found`` when there is no such chat)."""
+    def chat_scope(self, chat_id: UUID) -> Callable[[], tuple[UUID, tuple[UUID, ...]]]:
+        """The ``typed_ids`` scope of a command on a chat: its organization and its owner (``chat_not_found``
+        when there is no such chat)."""
         from ledger.chat.state import ChatState
 
-        chat = self.app.load(chat_id)
-        if chat is None or not isinstance(chat.state, ChatState):
-            raise LedgerError("chat_not_found", "chat not found")
-        return chat.state.organization_id, chat.state.owner_id
+        def scope() -> tuple[UUID, tuple[UUID, ...]]:
+            chat = self.app.load(chat_id)
+            if chat is None or not isinstance(chat.state, ChatState):
+                raise LedgerError("chat_not_found", "chat not found")
+            return chat.state.organization_id, (chat.state.owner_id,)
+
+        return scope
 
     def close(self) -> None:
         backend, app, self._backend, self._app = self._backend, self._app, None, None
