@@ -52,9 +52,7 @@ class StreamFold:
         memory holds nothing half-applied for the stream (it is loaded again when next needed)."""
         state = self.before(event)
         if state is not None:
-            self._states.pop(event.originator_id.int, None)
-            if self._newest == event.originator_id.int:
-                self._newest = None
+            self.forget(event.originator_id.int)
         return state
 
     def put(self, key: int, version: int, state: Any) -> None:

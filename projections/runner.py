@@ -11,9 +11,10 @@ Which build does the code maintain? (``maintained_version``)
 * otherwise the live build belongs to another definition: catching up is refused until a rebuild
   (in place, or blue/green) builds and switches to a build of this definition.
 
-Notifications are read with the library's recorder (``select_notifications``, topic filter in SQL), in
-windows of ``batch_size`` notification ids; each page is decoded before the view transaction opens, then
-applied with its tracking position in one transaction (``SqlBackend.apply_batch``).
+Notifications are read in windows of notification ids (``projections.pacing.Pace``: fixed at ``batch_size``
+when one is given, else starting at 500 and growing while far behind; ``projections.notes.read_window``, topic
+filter in SQL); each window is decoded before the view transaction opens, then applied with its tracking
+position in one transaction (``SqlBackend.apply_batch``).
 
 One writer per build (``projections.leases``): catch-up and follow hold the build's lease batch by batch
 and read its position under it, so a rebuild waits at most one batch for them; while a rebuild holds it

@@ -130,14 +130,11 @@ class ViewState:
         row = op.row
         if op.canonical:
             if self.check_canonical:
-                check_canonical(t, row)
-            row = t.vetted_row(row)  # (integer ranges and timestamps checked: they come from event data)
+                check_canonical(t, row)  # the whole normalization: what vetting checks is checked
+            else:
+                row = t.vetted_row(row)  # (integer ranges and timestamps checked: they come from event data)
             # Canonical (``Upsert.canonical``): its key is its key columns' values as they are.
-            k = tuple([row[c] for c in t.primary_key])
-            ck = (t.name, k)
-            self.known[ck] = row  # type: ignore[assignment]
-            self._raw.discard(ck)
-            self.dirty[t.name].add(k)
+            self._set(t, tuple([row[c] for c in t.primary_key]), row)  # type: ignore[arg-type]
             return
         try:
             k = t.normalize_key(tuple([row[c] for c in t.primary_key]))
