@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 from uuid import UUID
 
@@ -63,7 +63,6 @@ class ChainCheck:
     broken_at: int | None = None
     broken_nid: int | None = None
     reason: str | None = None
-    _prev_version: int = field(default=0, repr=False)
 
     def add(self, n: Any) -> None:
         """Check the next stored event of the stream (in version order)."""
@@ -77,26 +76,28 @@ class ChainCheck:
             reason = self._break(n, stored)
             if reason is not None:
                 self.broken_at, self.broken_nid, self.reason = version, getattr(n, "id", None), reason
-        self.version, self.head, self._prev_version = version, stored, version
+        self.version, self.head = version, stored
 
     def _break(self, n: Any, stored: bytes | None) -> str | None:
+        """Why ``n`` breaks the chain, or None; ``self.version`` and ``self.head`` are still the previous
+        event's."""
         version, prev = n.originator_version, self.head
         if stored is None:
             if self.hashed:
                 return f"version {version} has no hash but the chain before it has (inserted or unhashed)"
             return None
         if self.unhashed:
-            return (f"version {version} has a hash but version {self._prev_version} before it has none "
+            return (f"version {version} has a hash but version {self.version} before it has none "
                     "(the event before it was changed or inserted)")
         expected = link(prev, n.topic, version, n.state)
         if bytes(stored) == expected:
             return None
         if version == 1:
             return "version 1 does not hash to its stored hash (its topic or payload was changed)"
-        if self._prev_version != version - 1:
-            return (f"version {version} follows version {self._prev_version}: its hash does not follow it "
+        if self.version != version - 1:
+            return (f"version {version} follows version {self.version}: its hash does not follow it "
                     "(an event was deleted)")
-        return (f"version {version} does not follow version {self._prev_version}'s hash (its topic, payload "
+        return (f"version {version} does not follow version {self.version}'s hash (its topic, payload "
                 "or position was changed, or an event was deleted or inserted before it)")
 
     @property
@@ -115,7 +116,7 @@ def check_stream(notes: Iterable[Any]) -> ChainCheck:
     chk = ChainCheck()
     for n in notes:
         if chk.stream_id is None:
-            chk.stream_id = n.originator_id if isinstance(n.originator_id, UUID) else UUID(str(n.originator_id))
+            chk.stream_id = _uuid(n.originator_id)
         chk.add(n)
     return chk
 

@@ -11,6 +11,7 @@ another organization is a 403 page with the refusal's code.
 
 from __future__ import annotations
 
+import functools
 from hmac import compare_digest
 from secrets import token_urlsafe
 from typing import Any
@@ -52,7 +53,8 @@ def _cookie_principal(request: Request[Any, Any, Any]) -> Principal:
     return service(request.app.state).principal(f"Bearer {secret}" if secret else None)
 
 
-dependencies = {"principal": Provide(_cookie_principal, sync_to_thread=True)}
+#: on the event loop, as the API's (``routes.principal_dependency``): a token is found in memory
+dependencies = {"principal": Provide(_cookie_principal, sync_to_thread=False)}
 
 
 def html(text: str, status: int = 200) -> Response[str]:
@@ -204,14 +206,15 @@ def chats(org: UUID, principal: Principal, state: State,
                 live={"stream": f"/v1/events/stream?org={org}&after={head}", "types": _live_types(chat_only=True)})
 
 
-def _live_types(chat_only: bool = False) -> list[str]:
+@functools.cache
+def _live_types(chat_only: bool = False) -> tuple[str, ...]:
     """The event types a chat's stream carries (its own and, unless ``chat_only``, its tool calls'
     executions'): the names the page's ``EventSource`` listens to."""
     from ledger.chat import events as chat
     from ledger.toolcalls import events as tc
 
-    return sorted(n for mod in ((chat,) if chat_only else (chat, tc)) for n, c in vars(mod).items()
-                  if isinstance(c, type) and c.__dict__.get("TOPIC") and c.__module__ == mod.__name__)
+    return tuple(sorted(n for mod in ((chat,) if chat_only else (chat, tc)) for n, c in vars(mod).items()
+                        if isinstance(c, type) and c.__dict__.get("TOPIC") and c.__module__ == mod.__name__))
 
 
 @get("/chats/{chat_id:uuid}", include_in_schema=False, sync_to_thread=True, dependencies=dependencies)
