@@ -281,7 +281,8 @@ class ChatSnapshot(StateSnapshot):
                         insert([row])
             for k, _ in unstored:
                 index.mark_stored(k, version)
-                delete_older(store.recorder, stream, k << _VERSION_BITS | version, k << _VERSION_BITS)
+            delete_older(store.recorder, stream, *((k << _VERSION_BITS | version, k << _VERSION_BITS)
+                                                   for k, _ in unstored))  # one transaction for them all
         super().write(store, aggregate)
 
     def bind(self, repository: Any) -> None:
@@ -427,18 +428,20 @@ def _once(recorder: Any, name: str) -> Any:
     return functools.partial(original, recorder) if original is not None else method
 
 
-def delete_older(recorder: Any, aggregate_id: UUID, version: int, floor: int = 0) -> None:
-    """Delete the stream's snapshot rows at ``floor`` or above and below ``version`` (the library's snapshot
-    table, either database)."""
+def delete_older(recorder: Any, aggregate_id: UUID, *ranges: int | tuple[int, int]) -> None:
+    """Delete the stream's snapshot rows below each range's version and at its floor or above (the library's
+    snapshot table, either database), in one transaction. A range is ``version`` (floor 0) or ``(version,
+    floor)``."""
     where = "WHERE originator_id = {p} AND originator_version < {p} AND originator_version >= {p}"
+    bounds = [r if isinstance(r, tuple) else (r, 0) for r in ranges]
     if isinstance(recorder, SQLiteAggregateRecorder):
         statement: Any = f"DELETE FROM {recorder.events_table_name} " + where.format(p="?")
-        params: tuple[Any, ...] = (aggregate_id.hex, version, floor)
+        oid: Any = aggregate_id.hex
     else:
         from psycopg.sql import SQL, Identifier
 
         statement = SQL("DELETE FROM {}.{} " + where.format(p="%s")).format(
             Identifier(recorder.datastore.schema), Identifier(recorder.events_table_name))
-        params = (aggregate_id, version, floor)
+        oid = aggregate_id
     with recorder.datastore.transaction(commit=True) as c:
-        c.execute(statement, params)
+        c.executemany(statement, [(oid, version, floor) for version, floor in bounds])

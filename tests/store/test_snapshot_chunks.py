@@ -117,8 +117,8 @@ def test_a_chunk_row_that_is_not_its_chunk_costs_a_replay(app: Any, db_url: str,
     expected = replayed(app, chat_id)
     rows = app.snapshots.recorder.select_events(chunk_stream(chat_id))
     first, second = rows[0], rows[1]  # chunk 0's row gets chunk 1's messages (same key, wrong content)
-    delete_older(app.snapshots.recorder, chunk_stream(chat_id), first.originator_version + 1,
-                 first.originator_version)
+    delete_older(app.snapshots.recorder, chunk_stream(chat_id), (first.originator_version + 1,
+                                                                 first.originator_version))
     app.snapshots.recorder.insert_events([StoredEvent(originator_id=first.originator_id,
                                                       originator_version=first.originator_version,
                                                       topic=second.topic, state=second.state)])
