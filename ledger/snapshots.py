@@ -62,7 +62,7 @@ from eventsourcing.sqlite import SQLiteAggregateRecorder
 from ledger.base import TOPICS, DeciderAggregate, _register, fast_project
 from ledger.codec import CodecError, struct_field
 from ledger.chat.aggregate import Chat
-from ledger.chat.index import MessageIndex
+from ledger.chat.index import MessageIndex, fits
 from ledger.chat.state import ChatState, MessageInfo
 
 
@@ -319,7 +319,7 @@ class ChunkLoader:
                     k, v = row.originator_version >> _VERSION_BITS, row.originator_version & _VERSION_MASK
                     if wanted.get(k) == v:
                         messages = store.mapper.to_domain_event(row).messages
-                        if len(messages) == self.chunk_size and messages[0].message_id == k * self.chunk_size + 1:
+                        if fits(k, messages, self.chunk_size):
                             out[k] = messages  # (anything else is not this chunk: replayed below)
         except (PersistenceError, CodecError):
             pass

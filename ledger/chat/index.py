@@ -38,6 +38,12 @@ BATCH = 4
 Loader = Callable[[dict[int, int]], "dict[int, list[MessageInfo]]"]
 
 
+def fits(k: int, chunk: Sequence[MessageInfo], chunk_size: int) -> bool:
+    """Whether ``chunk`` can be full chunk ``k`` of an index of ``chunk_size``: that many messages, from id
+    ``k * chunk_size + 1`` (ids are contiguous)."""
+    return len(chunk) == chunk_size and chunk[0].message_id == k * chunk_size + 1
+
+
 class MessageIndex(Sequence):  # type: ignore[type-arg]
     __slots__ = ("chunk_size", "_chunks", "_stored", "_len", "_loader")
 
@@ -101,7 +107,7 @@ class MessageIndex(Sequence):  # type: ignore[type-arg]
         got = self._loader(wanted)  # type: ignore[arg-type]
         for k in wanted:
             chunk = got[k]
-            if len(chunk) != self.chunk_size or chunk[0].message_id != k * self.chunk_size + 1:
+            if not fits(k, chunk, self.chunk_size):
                 raise ValueError(f"message chunk {k} does not fit the index")
             self._chunks[k] = chunk
 
