@@ -27,6 +27,7 @@ from ledger.base import fast_project
 from ledger.chat import events as ev
 from ledger.policy.generation import next_action
 from ledger.policy.settings import attempt_settings
+from ledger.errors import LedgerError
 
 
 def _full_ids(events: list[Any], chat_id: UUID, tool_call: str | None, turn: str | None) -> tuple[str | None, str | None]:
@@ -45,6 +46,8 @@ def _full_ids(events: list[Any], chat_id: UUID, tool_call: str | None, turn: str
 def explain(app: Any, chat_id: UUID, *, tool_call: str | None = None, queued_message: int | None = None,
             turn: str | None = None, version: int | None = None, as_of: str | None = None,
             with_current_settings: bool = False) -> dict[str, Any]:
+    if sum(x is not None for x in (tool_call, queued_message, turn)) != 1:
+        raise LedgerError("invalid_request", "give exactly one of tool_call, queued_message, turn")
     events = chat_events(app, chat_id)
     version = cut_version(events, version, as_of)
     if version is not None:

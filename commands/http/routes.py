@@ -226,8 +226,6 @@ def get_explain(chat_id: UUID, principal: Principal, state: State, tool_call: st
     svc = service(state)
     _chat(svc, principal, chat_id)
     _as_of(at, as_of)
-    if sum(x is not None for x in (tool_call, queued_message, turn)) != 1:
-        raise bad_request("give exactly one of tool_call, queued_message, turn")
     return explain(svc.app, chat_id, tool_call=tool_call, queued_message=queued_message, turn=turn,
                    version=at, as_of=as_of)
 

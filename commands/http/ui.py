@@ -250,11 +250,8 @@ def explain_page(chat_id: UUID, principal: Principal, state: State, tool_call: s
     svc = service(state)
     check(principal, "read", svc.scopes.chat(chat_id))
     asked = {"tool_call": tool_call, "queued_message": queued_message, "turn": turn}
-    given = [(k, v) for k, v in asked.items() if v is not None]
-    if len(given) != 1:
-        raise LedgerError("invalid_request", "give exactly one of tool_call, queued_message, turn")
-    report = explain(svc.app, chat_id, **asked)
-    what, ident = given[0]
+    report = explain(svc.app, chat_id, **asked)  # (exactly one of them, or invalid_request)
+    what, ident = next((k, v) for k, v in asked.items() if v is not None)
     return page("ui_explain.html", principal, chat_id=str(chat_id), what=what.replace("_", " "), ident=str(ident),
                 report=json.dumps(report, indent=2, ensure_ascii=False, default=str),
                 api=f"/v1/chats/{chat_id}/explain?{what}={quote(str(ident))}")

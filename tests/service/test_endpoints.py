@@ -40,7 +40,10 @@ def test_every_endpoint_answers(world):
 
         explained = c.get(f"/v1/chats/{world.chat_a}/explain", params={"tool_call": "c1"}).json()
         assert explained["explanation"]
-        assert c.get(f"/v1/chats/{world.chat_a}/explain").status_code == 400
+        for asked in ({}, {"tool_call": "c1", "turn": "t"}):  # none, or two: the service layer's one rule
+            r = c.get(f"/v1/chats/{world.chat_a}/explain", params=asked)
+            assert r.status_code == 400 and r.json()["error"] == {
+                "code": "invalid_request", "message": "give exactly one of tool_call, queued_message, turn"}, r.text
         nxt = c.get(f"/v1/chats/{world.chat_a}/next-action").json()
         assert nxt["chat_id"] == world.chat_a and "action" in nxt
         assert c.get(f"/v1/chats/{world.chat_a}/next-action", params={"at": 2}).json()["version"] == 2
