@@ -114,29 +114,43 @@ def apply_lines(app: Any, lines: Iterable[bytes | str], stop_on_error: bool = Fa
     raises the line's refusal."""
     ok = refused = 0
     for number, line in enumerate(lines, start=1):
-        if isinstance(line, str):
-            line = line.encode("utf-8", "surrogatepass")  # a lone surrogate stays invalid UTF-8: refused below
-        if number == 1 and line.startswith(BOM):
-            line = line[len(BOM):]
+        line = as_line(number, line)
         if not line.strip():
             continue
-        ctype = None
-        try:
-            command = decode_command(line)
-            ctype = command_type(type(command))
-            if prepare is not None:
-                command = prepare(command)
-            result = execute(app, command)
-        except LedgerError as e:
-            refused += 1
-            out({"line": number, "ok": False, "type": ctype if ctype is not None else _type_of(line),
-                 "error": e.to_dict()})
-            if stop_on_error:
-                break
+        row = run_line(app, number, line, prepare)
+        out(row)
+        if row["ok"]:
+            ok += 1
             continue
-        ok += 1
-        out({"line": number, "ok": True, "type": ctype, "result": result})
+        refused += 1
+        if stop_on_error:
+            break
     return ok, refused
+
+
+def as_line(number: int, line: bytes | str) -> bytes:
+    """A line's bytes as a command is decoded from them: UTF-8, without the byte order mark of line 1."""
+    if isinstance(line, str):
+        line = line.encode("utf-8", "surrogatepass")  # a lone surrogate stays invalid UTF-8: refused below
+    if number == 1 and line.startswith(BOM):
+        line = line[len(BOM):]
+    return line
+
+
+def run_line(app: Any, number: int, line: bytes, prepare: Callable[[Command], Command] | None = None,
+             ) -> dict[str, Any]:
+    """One non-blank line's result row (CONTRACT §4): ``ok`` with the result, or refused with the error."""
+    ctype = None
+    try:
+        command = decode_command(line)
+        ctype = command_type(type(command))
+        if prepare is not None:
+            command = prepare(command)
+        result = execute(app, command)
+    except LedgerError as e:
+        return {"line": number, "ok": False, "type": ctype if ctype is not None else _type_of(line),
+                "error": e.to_dict()}
+    return {"line": number, "ok": True, "type": ctype, "result": result}
 
 
 class _Typed(msgspec.Struct):
@@ -155,4 +169,5 @@ def _type_of(line: bytes) -> str | None:
     return t if isinstance(t, str) else None
 
 
-__all__ = ["LedgerError", "command_types", "decode_command", "command_from_dict", "execute", "execute_json", "apply_lines"]
+__all__ = ["LedgerError", "command_types", "decode_command", "command_from_dict", "execute", "execute_json", "apply_lines",
+           "run_line"]

@@ -4,12 +4,15 @@ return; nothing here decides anything about a chat."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import functools
 from typing import Any
 from uuid import UUID
 
 import msgspec
 from litestar import Request, Response, get, post
+from litestar.concurrency import sync_to_thread
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi.datastructures import ResponseSpec
@@ -17,7 +20,7 @@ from litestar.params import Parameter
 
 from commands import access, views
 from commands.access import Principal, Resource, check
-from commands.handler import apply_lines
+from commands.handler import apply_lines, as_line, run_line
 from commands.http.service import ErrorBody, Service, status_of
 from commands.metrics import COUNTERS
 from ledger.errors import LedgerError
@@ -75,41 +78,51 @@ class CommandLine(msgspec.Struct, omit_defaults=True):
     error: dict[str, str] | None = None
 
 
+def _counted(row: dict[str, Any]) -> dict[str, Any]:
+    outcome = "ok" if row["ok"] else "refused"
+    COUNTERS.add("chat_ledger_commands_total", type=row["type"] or "unknown", outcome=outcome)
+    if not row["ok"]:
+        COUNTERS.add("chat_ledger_refusals_total", code=row["error"]["code"])
+    return row
+
+
 def run_commands(svc: Service, p: Principal, lines: list[bytes]) -> list[dict[str, Any]]:
+    """The lines of one request, in order, each in its own transaction (``apply``'s way)."""
     results: list[dict[str, Any]] = []
-
-    def out(row: dict[str, Any]) -> None:
-        outcome = "ok" if row["ok"] else "refused"
-        COUNTERS.add("chat_ledger_commands_total", type=row["type"] or "unknown", outcome=outcome)
-        if not row["ok"]:
-            COUNTERS.add("chat_ledger_refusals_total", code=row["error"]["code"])
-        results.append(row)
-
     try:
-        apply_lines(svc.app, lines, out=out, prepare=lambda cmd: access.authorize(p, svc.scopes, cmd))
+        apply_lines(svc.app, lines, out=lambda row: results.append(_counted(row)),
+                    prepare=lambda cmd: access.authorize(p, svc.scopes, cmd))
     finally:
         svc.watcher.poke()
     return results
 
 
-@post("/v1/commands", sync_to_thread=True, dependencies=principal_dependency, responses=ERRORS,
+async def run_command(svc: Service, p: Principal, line: bytes) -> dict[str, Any]:
+    """One command, by the process's writer thread with the other requests' commands pending then
+    (``commands.groupcommit``): the same row ``apply`` gives for it."""
+    job = functools.partial(run_line, svc.app, 1, line, lambda cmd: access.authorize(p, svc.scopes, cmd))
+    return _counted(await asyncio.wrap_future(svc.committer.submit(job)))
+
+
+@post("/v1/commands", dependencies=principal_dependency, responses=ERRORS,
       summary="Run one command (application/json) or many (application/x-ndjson: one per line)",
       description="The same results and codes as `chat-ledger apply`. One command: its line object, with the "
                   "HTTP status of its error code when refused. JSON Lines: one line object per command, in order "
                   "(status 200). The token's user is each command's actor.")
-def post_commands(request: Request[Any, Any, Any], body: bytes, principal: Principal, state: State) -> Response[Any]:
+async def post_commands(request: Request[Any, Any, Any], body: bytes, principal: Principal,
+                        state: State) -> Response[Any]:
     svc = service(state)
     media = (request.headers.get("content-type") or "application/json").split(";")[0].strip().lower()
     if media in (JSONL, "application/jsonl", "application/json-lines", "text/plain"):
-        results = run_commands(svc, principal, body.split(b"\n"))
+        results = await sync_to_thread(run_commands, svc, principal, body.split(b"\n"))
         payload = b"".join(msgspec.json.encode(r) + b"\n" for r in results)
         return Response(payload, media_type=JSONL, status_code=200)
     if media != "application/json":
         raise bad_request(f"unsupported content type {media!r}: application/json or {JSONL}")
-    results = run_commands(svc, principal, [body.replace(b"\n", b" ").replace(b"\r", b" ")])
-    if not results:
+    line = as_line(1, body.replace(b"\n", b" ").replace(b"\r", b" "))
+    if not line.strip():
         raise LedgerError("invalid_command", "malformed JSON: no command in the body")
-    row = results[0]
+    row = await run_command(svc, principal, line)
     return Response(row, status_code=200 if row["ok"] else status_of(row["error"]["code"]))
 
 

@@ -17,6 +17,7 @@ import msgspec
 from commands.access import REFUSALS, Principal, Scopes, refusal
 from commands.api import Ledger
 from commands.failures import as_ledger_error
+from commands.groupcommit import GroupCommitter
 from commands.http.watch import LogWatcher
 from commands.metrics import COUNTERS
 from commands.tokens import TokenIndex
@@ -61,6 +62,7 @@ class Service:
         self.tokens = TokenIndex(self.app)
         self.scopes = Scopes(self.app)
         self.watcher = LogWatcher(self.app, url, poll_interval, self.scopes)
+        self.committer: GroupCommitter | None = None
         self.follow = follow
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -70,6 +72,7 @@ class Service:
 
     def start(self) -> None:
         self.watcher.start()
+        self.committer = GroupCommitter(self.app, after_batch=self.watcher.poke)
         if self.follow:
             from commands.views import all_projections
             from projections import Follower
@@ -87,6 +90,8 @@ class Service:
 
     def close(self) -> None:
         self._stop.set()
+        if self.committer is not None:
+            self.committer.close()  # what was submitted is run and answered first
         self.watcher.close()
         for t in self._threads:
             t.join(timeout=10)
