@@ -39,6 +39,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError, PersistenceError
 
+from commands.metrics import COUNTERS
 from commands.uow import (IN_DOUBT_SECONDS, UnitOfWork, cached_behind, forget_cached, outcome_unknown, settle,
                           staging)
 from ledger.errors import LedgerError
@@ -173,11 +174,14 @@ def run_batch(app: Any, jobs: Sequence[Job], order: list[int] | None = None) -> 
         staging.batch = None
     if batch.staged:
         try:
-            saved = batch.save()
+            saved, outcome = batch.save(), ""
         except LedgerError:
             for i, error in zip(owners, batch.unknown):
                 results[i] = refused_row(results[i], error)  # type: ignore[arg-type]
-            saved = True
+            saved, outcome = True, "unknown"
+        COUNTERS.add("chat_ledger_group_commits_total", outcome=outcome or ("saved" if saved else "redone"))
+        if saved and not outcome:
+            COUNTERS.add("chat_ledger_group_committed_commands_total", len(owners))
         if not saved:
             alone, owners = sorted(alone + owners), []
     if order is not None:

@@ -39,6 +39,9 @@ HELP = {
     "chat_ledger_commands_total": ("counter", "Commands run, by type and outcome (ok, refused)."),
     "chat_ledger_refusals_total": ("counter", "Refused commands and requests, by code."),
     "chat_ledger_conflict_retries_total": ("counter", "Command attempts decided again after a concurrent write."),
+    "chat_ledger_group_commits_total": ("counter", "Transactions that saved several requests' commands together "
+                                        "(group commit), by outcome (saved; redone: each command then run alone; unknown)."),
+    "chat_ledger_group_committed_commands_total": ("counter", "Commands saved by group commit transactions."),
     "chat_ledger_http_requests_total": ("counter", "HTTP requests, by route and status."),
     "chat_ledger_projection_position": ("gauge", "Notification id each projection's live build stands at."),
     "chat_ledger_projection_lag": ("gauge", "Events each projection's live build is behind the log's head."),
