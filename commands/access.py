@@ -115,16 +115,19 @@ class Scopes:
         self._known: OrderedDict[UUID, Resource] = OrderedDict()
         self._lock = threading.Lock()
 
-    def of(self, stream_id: UUID) -> Resource | None:
+    def of(self, stream_id: UUID, first_event: Any = None) -> Resource | None:
+        """The stream's resource; ``first_event``: its first event, when at hand (not read again)."""
         with self._lock:
             found = self._known.get(stream_id)
             if found is not None:
                 self._known.move_to_end(stream_id)
                 return found
-        first = self.app.stream(stream_id, lte=1)
-        if not first:
-            return None
-        found = self.of_first_event(first[0])
+        if first_event is None:
+            first = self.app.stream(stream_id, lte=1)
+            if not first:
+                return None
+            first_event = first[0]
+        found = self.of_first_event(first_event)
         with self._lock:
             self._known[stream_id] = found
             if len(self._known) > self.maxsize:

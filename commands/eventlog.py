@@ -34,9 +34,11 @@ def raw_payload(app: Any, state: bytes) -> bytes:
     return state
 
 
-def logged_event(app: Any, n: Any) -> dict[str, Any]:
-    """One notification as the API shows it: ids, topic, type, time and the payload's fields as JSON values."""
-    event = app.mapper.to_domain_event(n)
+def logged_event(app: Any, n: Any, event: Any = None) -> dict[str, Any]:
+    """One notification as the API shows it: ids, topic, type, time and the payload's fields as JSON values.
+    ``event``: the domain event it stores, when at hand (the one a save recorded), else decoded from it."""
+    if event is None:
+        event = app.mapper.to_domain_event(n)
     data = msgspec.to_builtins({k: v for k, v in vars(event).items()
                                 if k not in ("originator_id", "originator_version", "timestamp")})
     return {"notification_id": n.id, "stream_id": str(_uuid(n.originator_id)), "version": n.originator_version,

@@ -203,10 +203,8 @@ class GroupCommitter:
     its row. The thread takes everything submitted while it was saving (up to ``MAX_BATCH``) as the next
     batch: no wait is added, so a lone command is saved at once and a busy service saves in batches."""
 
-    def __init__(self, app: Any, after_batch: Callable[[], None] = lambda: None,
-                 max_batch: int = MAX_BATCH) -> None:
+    def __init__(self, app: Any, max_batch: int = MAX_BATCH) -> None:
         self.app = app
-        self.after_batch = after_batch
         self.max_batch = max_batch
         self._queue: queue.SimpleQueue[tuple[Job, concurrent.futures.Future[Row]] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
@@ -249,7 +247,3 @@ class GroupCommitter:
                     future.set_exception(row)
                 else:
                     future.set_result(row)
-            try:
-                self.after_batch()
-            except Exception:  # pragma: no cover - a hook's failure must not stop the writer
-                log.exception("group commit: after_batch failed")

@@ -17,13 +17,14 @@ for writers) makes the PostgreSQL schema and the event tables when they are miss
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 from copy import deepcopy
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Sequence
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent, Repository
+from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent, Recording, Repository
 from eventsourcing.persistence import InfrastructureFactory, Mapper, Notification, PersistenceError
 from eventsourcing.utils import strtobool
 
@@ -50,6 +51,9 @@ from ledger.database import (  # noqa: F401  (re-exported: callers import them f
 from ledger.errors import LedgerError
 from ledger.recorders import CONNECT_TIMEOUT, RECORDER_TOPICS
 from ledger.snapshots import INTERVALS, LedgerRepository, take_snapshots
+
+
+log = logging.getLogger(__name__)
 
 
 class ChatLedgerApp(Application[UUID]):
@@ -79,6 +83,10 @@ class ChatLedgerApp(Application[UUID]):
         self.given_env = dict(env or {})
         super().__init__(env)
         self.cached_repository = self.construct_cached_repository()
+        #: called with the recordings of every save of this object, in the saving thread, after its commit
+        #: (the library's ``_notify`` hook): the ledger service's log watcher streams this process's
+        #: writes from them without reading them back
+        self.listeners: list[Callable[[Sequence[Recording[UUID]]], None]] = []
         #: streams of cached types found empty by the last read through the cache (``peek_cached``)
         self._absent: set[UUID] = set()
         # SQLite: threads sharing this application queue for its one writer connection. The library
@@ -217,6 +225,13 @@ class ChatLedgerApp(Application[UUID]):
             # save: dropped, so that optimistic readers (``peek_cached``) do not decide on it in vain.
             self.forget_cached([obj.id for obj in objs if getattr(type(obj), "CACHED", False)])
         return recordings
+
+    def _notify(self, recordings: list[Recording[UUID]]) -> None:
+        for listener in self.listeners:
+            try:
+                listener(recordings)
+            except Exception:  # the save is committed: a listener's failure must not make it look failed
+                log.exception("a listener of saves failed")
 
     def _take_snapshots(self, processing: ProcessingEvent[UUID]) -> None:
         take_snapshots(self, processing)

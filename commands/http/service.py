@@ -72,7 +72,7 @@ class Service:
 
     def start(self) -> None:
         self.watcher.start()
-        self.committer = GroupCommitter(self.app, after_batch=self.watcher.poke)
+        self.committer = GroupCommitter(self.app)
         if self.follow:
             from commands.views import all_projections
             from projections import Follower

@@ -123,6 +123,17 @@ def get_stream(request: Request[Any, Any, Any], principal: Principal, state: Sta
                                                                     "X-Accel-Buffering": "no"})
 
 
+class Messages(ServerSentEventMessage):
+    """Several messages, already encoded (``Tailed.message``), sent as one chunk of the stream."""
+
+    def __init__(self, encoded: bytes) -> None:
+        super().__init__()
+        self.encoded = encoded
+
+    def encode(self) -> bytes:
+        return self.encoded
+
+
 async def _events(svc: Service, selection: Filter, position: int) -> AsyncIterator[ServerSentEventMessage]:
     """From ``position`` on: pages from the database while the stream is behind the watcher's tail, then
     the tail, filtered in memory (every notification in the tail was read once for every stream)."""
@@ -150,9 +161,9 @@ async def _follow(watcher: Any, selection: Filter, position: int,
                 continue
         else:
             head = watcher.head
-            for t in tail:
-                if selection.keeps_stream(t.stream_id, t.resource, lambda t=t: t.chat):
-                    yield ServerSentEventMessage(data=t.data, id=t.id, event=t.type)
+            kept = [t.message() for t in tail if selection.keeps_stream(t.stream_id, t.resource, lambda t=t: t.chat)]
+            if kept:
+                yield Messages(b"".join(kept))  # one write for what arrived together
             position = max(position, head)
             if watcher.head > position:
                 continue

@@ -11,9 +11,12 @@ it without a lock, and a stream sees the tail and ``head`` move together.
 
 On PostgreSQL it LISTENs on the event store's NOTIFY channel (each insert notifies) and also polls the head
 every ``PG_POLL`` seconds, since a notification is only a hint (a lost one, a dropped LISTEN connection);
-on SQLite it polls the head every ``SQLITE_POLL`` seconds. A command this process recorded pokes it
-(``poke``) so its own writes are streamed without waiting for the next poll. Waiters are asyncio tasks: the
-thread sets the current ``asyncio.Event`` through the loop and replaces it.
+on SQLite it polls the head every ``SQLITE_POLL`` seconds. The saves of this process are not read back:
+the application hands each save's recordings to ``recorded`` (``ChatLedgerApp.listeners``) in the saving
+thread, right after its commit, and when their first notification directly follows the tail (nothing
+recorded elsewhere in between) they join it as they are; otherwise the thread reads the log from the tail
+on. Reads and hand-overs take one lock, so the tail is handed to the loop in log order, once. Waiters are
+asyncio tasks: the thread sets the current ``asyncio.Event`` through the loop and replaces it.
 """
 
 from __future__ import annotations
@@ -47,6 +50,11 @@ class Tailed(NamedTuple):
     type: str
     data: str  # the event as GET /v1/events shows it, JSON
 
+    def message(self) -> bytes:
+        """The event as one Server-Sent Events message (``id``, ``event``, ``data``: the lines and the
+        ``\r\n`` separators Litestar's ``ServerSentEventMessage`` writes; the JSON has no line break)."""
+        return f"id: {self.id}\r\nevent: {self.type}\r\ndata: {self.data}\r\n\r\n".encode()
+
 
 class LogWatcher:
     def __init__(self, app: Any, url: str, poll_interval: float | None = None, scopes: Any = None) -> None:
@@ -67,11 +75,13 @@ class LogWatcher:
         self._event: asyncio.Event | None = None
         self._wake = threading.Event()
         self._halt = threading.Event()
+        self._lock = threading.Lock()  # held by whoever reads or hands over the tail (``_read``)
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._event = asyncio.Event()
+        self.app.listeners.append(self.recorded)
         self._spawn(self._run, "log-watcher")
         channel = getattr(self.app.recorder, "channel_name", None)
         if self.db.backend == "postgres" and channel:
@@ -83,14 +93,41 @@ class LogWatcher:
         self._threads.append(t)
 
     def close(self) -> None:
+        if self.recorded in self.app.listeners:
+            self.app.listeners.remove(self.recorded)
         self._halt.set()
         self._wake.set()
         for t in self._threads:
             t.join(timeout=5)
 
     def poke(self) -> None:
-        """Look at the head now (a command was just recorded)."""
+        """Look at the head now."""
         self._wake.set()
+
+    def recorded(self, recordings: Any) -> None:
+        """A save of this process, committed (module docstring): its events join the tail when they directly
+        follow it; else the thread reads the log."""
+        if not recordings:
+            return
+        try:
+            self._recorded(recordings)
+        except Exception as e:  # (a scope that could not be read): the thread reads the log instead
+            log.warning("log watcher: %s", e)
+            self._wake.set()
+
+    def _recorded(self, recordings: Any) -> None:
+        ids = [r.notification.id for r in recordings]
+        with self._lock:
+            if ids[-1] <= self._read:
+                return  # (read from the log already)
+            if not self.streams:
+                self._read = ids[-1]
+                self._hand_over((ids[-1], []), reset=True)
+            elif ids[0] == self._read + 1 and ids[-1] - ids[0] == len(ids) - 1:
+                self._read = ids[-1]
+                self._hand_over((ids[-1], [self._tailed(r.notification, r.domain_event) for r in recordings]))
+            else:
+                self._wake.set()  # something recorded elsewhere comes first: read it from the log
 
     def since(self, position: int) -> list[Tailed] | None:
         """The tail's notifications after ``position`` (every one of them up to ``head``), or None when
@@ -117,15 +154,17 @@ class LogWatcher:
             self._wake.clear()
             try:  # one query per wake-up when nothing is new (no separate look at the head)
                 if not self.streams:  # nobody reads the tail: keep only its head (and floor) current
-                    head = self.app.head()
-                    if head > self._read:
-                        self._read = head
-                        self._hand_over((head, []), reset=True)
+                    with self._lock:
+                        head = self.app.head()
+                        if head > self._read:
+                            self._read = head
+                            self._hand_over((head, []), reset=True)
                     continue
                 while not self._halt.is_set():
-                    read = self._read_page()
-                    if read[1]:
-                        self._hand_over(read)
+                    with self._lock:
+                        read = self._read_page()
+                        if read[1]:
+                            self._hand_over(read)
                     if len(read[1]) < READ_PAGE:
                         break
             except Exception as e:  # the database is away: streams wait, readers see the error themselves
@@ -134,20 +173,21 @@ class LogWatcher:
                 continue
 
     def _read_page(self) -> tuple[int, list[Tailed]]:
-        from commands.eventlog import logged_event
-
         notes = self.app.notifications(self._read, READ_PAGE)
-        encode = msgspec.json.encode
-        page = []
-        for n in notes:
-            sid = n.originator_id if isinstance(n.originator_id, UUID) else UUID(str(n.originator_id))
-            event = logged_event(self.app, n)
-            resource = self.scopes.of(sid) if self.scopes is not None else None
-            page.append(Tailed(n.id, sid, resource, self._chat_of(sid, resource, n, event), event["type"],
-                               encode(event).decode()))
+        page = [self._tailed(n) for n in notes]
         if notes:
             self._read = notes[-1].id
         return self._read, page
+
+    def _tailed(self, n: Any, domain_event: Any = None) -> Tailed:
+        from commands.eventlog import logged_event
+
+        sid = n.originator_id if isinstance(n.originator_id, UUID) else UUID(str(n.originator_id))
+        event = logged_event(self.app, n, domain_event)
+        first = domain_event if domain_event is not None and n.originator_version == 1 else None
+        resource = self.scopes.of(sid, first) if self.scopes is not None else None
+        return Tailed(n.id, sid, resource, self._chat_of(sid, resource, n, event), event["type"],
+                      msgspec.json.encode(event).decode())
 
     def _chat_of(self, sid: UUID, resource: Any, n: Any, event: dict[str, Any]) -> UUID | None:
         """The chat a tool-call execution stream belongs to (its first event names it), None otherwise."""

@@ -94,10 +94,13 @@ def tokens(url: str, **specs: dict[str, Any]) -> dict[str, str]:
         app.close()
 
 
-def sse_events(response: httpx.Response) -> Iterator[dict[str, str]]:
-    """The messages of an open SSE response (``id``, ``event``, ``data``; comments skipped)."""
+def sse_events(response: httpx.Response, deadline: float | None = None) -> Iterator[dict[str, str]]:
+    """The messages of an open SSE response (``id``, ``event``, ``data``; comments skipped); with a
+    ``deadline`` (``time.monotonic``), it ends at the first line read after it (a keep-alive at the latest)."""
     message: dict[str, str] = {}
     for line in response.iter_lines():
+        if deadline is not None and time.monotonic() > deadline:
+            return
         if not line:
             if message:
                 yield message
