@@ -123,7 +123,8 @@ async def post_commands(request: Request[Any, Any, Any]) -> Response[Any]:
     if not line.strip():
         raise LedgerError("invalid_command", "malformed JSON: no command in the body")
     row = await run_command(svc, principal, line)
-    return Response(row, status_code=200 if row["ok"] else status_of(row["error"]["code"]))
+    return Response(msgspec.json.encode(row), media_type="application/json",
+                    status_code=200 if row["ok"] else status_of(row["error"]["code"]))
 
 
 # -- views -------------------------------------------------------------------------------------------------------
