@@ -160,10 +160,15 @@ def test_pg_environment_variables_fill_in_the_url(schema: str) -> None:
     assert proc.returncode == 0, proc.stderr
     assert schema_exists(schema)
     follower = start(url, "projections", "follow", "--for", "30", "--poll", "0.2", env=env)
+    seen: set[str] = set()
+
+    def both_seen() -> bool:
+        # a session's ``query`` is its last statement, often a COMMIT: collect what the samples show
+        seen.update(q for _, q in sessions(marker))
+        return any("projection" in q for q in seen) and any("chatledger_events" in q for q in seen)
+
     try:  # the store's and the views' connections both took PGAPPNAME
-        wait_for(lambda: any("projection" in q for _, q in sessions(marker))
-                 and any("chatledger_events" in q for _, q in sessions(marker)), 30,
-                 "connections of the store and of the views carrying PGAPPNAME")
+        wait_for(both_seen, 30, "connections of the store and of the views carrying PGAPPNAME")
     finally:
         follower.terminate()
         follower.communicate(timeout=30)
