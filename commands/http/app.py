@@ -98,6 +98,14 @@ def openapi_document(app: Litestar) -> dict[str, Any]:
     op["requestBody"] = {"required": True, "content": {
         "application/json": {"schema": schema},
         routes.JSONL: {"schema": {"type": "string", "description": "one JSON command per line"}}}}
+    (line,), line_components = msgspec.json.schema_components([routes.CommandLine],
+                                                              ref_template="#/components/schemas/{name}")
+    doc["components"]["schemas"].update(line_components)
+    op["responses"]["200"] = {
+        "description": "The command's line (one command; a refused one has the status of its error code, "
+                       "with the same line object), or one line object per command (JSON Lines)",
+        "content": {"application/json": {"schema": line},
+                    routes.JSONL: {"schema": {"type": "string", "description": "one line object per line"}}}}
     for p in doc["paths"].values():
         for o in p.values():
             if isinstance(o, dict) and o.get("operationId"):

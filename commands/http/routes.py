@@ -101,7 +101,7 @@ async def run_command(svc: Service, p: Principal, line: bytes) -> dict[str, Any]
     return _counted(await asyncio.wrap_future(svc.committer.submit(job)))
 
 
-@post("/v1/commands", responses=ERRORS,
+@post("/v1/commands", status_code=200, responses=ERRORS,
       summary="Run one command (application/json) or many (application/x-ndjson: one per line)",
       description="The same results and codes as `chat-ledger apply`. One command: its line object, with the "
                   "HTTP status of its error code when refused. JSON Lines: one line object per command, in order "
