@@ -108,9 +108,10 @@ class Batch:
                 return True  # a fact read at two versions (a cached catalog moved between them)
         return False
 
-    def save(self) -> bool:
-        """Save every staged unit of work in one transaction: True when recorded; False when nothing was
-        (each then runs alone); ``outcome_unknown`` (per unit of work: ``unknown``) when nobody can tell."""
+    def save(self) -> str:
+        """Save every staged unit of work in one transaction: ``saved``; ``redo`` when nothing was recorded
+        (each command then runs alone); ``unknown`` when nobody can tell (``self.unknown``: each command's
+        ``outcome_unknown``). Anything else raised (a defect) is every staged command's failure."""
         dependencies: dict[UUID, int] = {}
         for uow in self.staged:
             dependencies.update(uow.dependencies())
@@ -119,7 +120,7 @@ class Batch:
             self.app.save(*aggregates, **({EXPECTED_VERSIONS: dependencies} if dependencies else {}))
         except DependencyChanged as e:
             cached_behind(self.app, e.stale)
-            return False
+            return "redo"
         except SaveInDoubt as doubt:
             try:
                 outcome = settle(self.app, doubt.stored_events, time.monotonic() + IN_DOUBT_SECONDS)
@@ -127,15 +128,17 @@ class Batch:
                 self.unknown = [outcome_unknown(self.app, [s for s in doubt.stored_events
                                                            if s.originator_id in set(uow.written())],
                                                 unknown.__cause__ or unknown) for uow in self.staged]
-                raise
+                return "unknown"
             if outcome != "recorded":
-                return False
+                return "redo"
             forget_cached(self.app, [a.id for a in aggregates])  # the cache did not see this save
-        except (IntegrityError, PersistenceError):
-            return False  # (a lost connection, a conflict, a refused transaction): nothing recorded
+        except (IntegrityError, PersistenceError, LedgerError):
+            # a conflict, a lost connection before COMMIT, a refused transaction, a value the database
+            # refused: nothing was recorded, and each command alone gets its own outcome
+            return "redo"
         for uow in self.staged:
             uow.saved()
-        return True
+        return "saved"
 
 
 def run_batch(app: Any, jobs: Sequence[Job], order: list[int] | None = None) -> list[Row | BaseException]:
@@ -174,15 +177,18 @@ def run_batch(app: Any, jobs: Sequence[Job], order: list[int] | None = None) -> 
         staging.batch = None
     if batch.staged:
         try:
-            saved, outcome = batch.save(), ""
-        except LedgerError:
+            outcome = batch.save()
+        except BaseException as e:  # a defect: the staged commands fail with it, as ``run`` would
+            outcome = "failed"
+            for i in owners:
+                results[i] = e
+        COUNTERS.add("chat_ledger_group_commits_total", outcome=outcome)
+        if outcome == "saved":
+            COUNTERS.add("chat_ledger_group_committed_commands_total", len(owners))
+        elif outcome == "unknown":
             for i, error in zip(owners, batch.unknown):
                 results[i] = refused_row(results[i], error)  # type: ignore[arg-type]
-            saved, outcome = True, "unknown"
-        COUNTERS.add("chat_ledger_group_commits_total", outcome=outcome or ("saved" if saved else "redone"))
-        if saved and not outcome:
-            COUNTERS.add("chat_ledger_group_committed_commands_total", len(owners))
-        if not saved:
+        elif outcome == "redo":
             alone, owners = sorted(alone + owners), []
     if order is not None:
         order.extend(at_once + owners + alone)
