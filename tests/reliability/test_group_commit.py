@@ -8,7 +8,8 @@
   server committed): every command recorded once, the rows those of a fault-free run; the server gone right
   after committing: each command refused with ``outcome_unknown`` naming its own stream; another process
   wrote one of the batch's streams first: the batch is not saved, and every command is then recorded once,
-  the stale one decided again on the other process's write.
+  the stale one decided again on the other process's write; the server gone before the save: nothing
+  recorded, each command refused ``database_unavailable``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 
 from commands.groupcommit import run_batch
 from commands.handler import command_from_dict, execute, run_line
+from commands.metrics import COUNTERS
 from ledger.store import ChatLedgerApp, open_app
 from tests.chat.helpers import ORG, OWNER, setup_org
 from tests.conftest import PG_URL, _with_schema, drop_schema, require_pg
@@ -228,3 +230,24 @@ def test_a_stream_another_process_wrote_first_is_decided_again(pg_url: str) -> N
     finally:
         here.close()
         there.close()
+
+
+def test_a_server_gone_before_the_save_records_nothing_and_says_so(pg_url: str, pg_proxy: PgProxy) -> None:
+    """The batch is decided from memory (no read), then its save finds the server gone: nothing was
+    recorded, each command is tried again alone and refused ``database_unavailable``; back, they record."""
+    app = open_app(through(pg_proxy, pg_url))
+    try:
+        _created(app)
+        pg_proxy.stop()
+        lines = _messages(CHATS, 0)
+        redone = COUNTERS.get("chat_ledger_group_commits_total", outcome="redo")
+        rows = run_batch(app, [functools.partial(run_line, app, 1, line) for line in lines])
+        assert [r["error"]["code"] for r in rows] == ["database_unavailable"] * len(CHATS), rows
+        assert COUNTERS.get("chat_ledger_group_commits_total", outcome="redo") == redone + 1  # staged, then alone
+        pg_proxy.heal()
+        for chat in CHATS:
+            assert len(app.stream(uuid.UUID(chat))) == 1  # nothing of the batch was recorded
+        rows = _batch(app, lines)
+        assert [(r["ok"], r["result"]["version"]) for r in rows] == [(True, 2)] * len(CHATS)
+    finally:
+        app.close()
