@@ -106,17 +106,27 @@ def check(p: Principal, action: Action, r: Resource) -> None:
 # -- streams' scopes -----------------------------------------------------------------------------------------
 
 class Scopes:
-    """stream id -> the ``Resource`` it belongs to, from the stream's first event (which never changes, so the
-    answer is kept: a bounded LRU per process). A stream with no event yet has none (None)."""
+    """stream id -> the ``Resource`` it belongs to, and for a tool-call execution stream the chat it belongs
+    to, from the stream's first event (which never changes, so the answer is kept: a bounded LRU per
+    process). A stream with no event yet has none (None)."""
 
     def __init__(self, app: Any, maxsize: int = 100_000) -> None:
         self.app = app
         self.maxsize = maxsize
-        self._known: OrderedDict[UUID, Resource] = OrderedDict()
+        self._known: OrderedDict[UUID, tuple[Resource, UUID | None]] = OrderedDict()
         self._lock = threading.Lock()
 
     def of(self, stream_id: UUID, first_event: Any = None) -> Resource | None:
         """The stream's resource; ``first_event``: its first event, when at hand (not read again)."""
+        known = self._entry(stream_id, first_event)
+        return known[0] if known is not None else None
+
+    def chat_of(self, stream_id: UUID, first_event: Any = None) -> UUID | None:
+        """The chat a tool-call execution stream belongs to; None for any other stream."""
+        known = self._entry(stream_id, first_event)
+        return known[1] if known is not None else None
+
+    def _entry(self, stream_id: UUID, first_event: Any) -> tuple[Resource, UUID | None] | None:
         with self._lock:
             found = self._known.get(stream_id)
             if found is not None:
@@ -127,7 +137,10 @@ class Scopes:
             if not first:
                 return None
             first_event = first[0]
-        found = self.of_first_event(first_event)
+        from ledger.toolcalls import events as tc
+
+        chat = first_event.chat_id if isinstance(first_event, tc.ToolCallExecutionOpened) else None
+        found = (self.of_first_event(first_event), chat)
         with self._lock:
             self._known[stream_id] = found
             if len(self._known) > self.maxsize:

@@ -46,7 +46,6 @@ class EventPage(msgspec.Struct):
 class Filter:
     def __init__(self, svc: Service, p: Principal, org: UUID | None, chat: UUID | None) -> None:
         self.svc, self.p, self.org, self.chat = svc, p, org, chat
-        self._chats: dict[UUID, Any] = {}
         if org is not None:
             check(p, "read", Resource("catalog", org))
         if chat is not None:
@@ -55,7 +54,7 @@ class Filter:
     def keeps(self, n: Any) -> bool:
         sid = n.originator_id if isinstance(n.originator_id, UUID) else UUID(str(n.originator_id))
         resource = self.svc.scopes.of(sid)
-        return self.keeps_stream(sid, resource, lambda: self._chat_of(sid))
+        return self.keeps_stream(sid, resource, lambda: self.svc.scopes.chat_of(sid))
 
     def keeps_stream(self, sid: UUID, resource: Any, chat_of: Any) -> bool:
         """Whether events of stream ``sid`` (of ``resource``) are shown; ``chat_of()`` the chat of a tool-call
@@ -67,13 +66,6 @@ class Filter:
         if self.chat is not None and sid != self.chat:
             return resource.kind == "chat" and chat_of() == self.chat
         return True
-
-    def _chat_of(self, sid: UUID) -> Any:
-        """The chat a tool-call execution stream belongs to (None for a chat's own stream)."""
-        if sid not in self._chats:
-            first = self.svc.app.stream(sid, lte=1)
-            self._chats[sid] = getattr(first[0], "chat_id", None) if first else None
-        return self._chats[sid]
 
     def page(self, after: int, limit: int) -> EventPage:
         app = self.svc.app

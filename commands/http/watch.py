@@ -69,7 +69,6 @@ class LogWatcher:
         self.tail: list[Tailed] = []
         self._ids: list[int] = []
         self._read = self.head  # where the thread's next read starts
-        self._chats: dict[UUID, UUID | None] = {}
         self.streams = 0  # open event streams (changed on the loop; while 0 the thread reads no events)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._event: asyncio.Event | None = None
@@ -186,21 +185,8 @@ class LogWatcher:
         event = logged_event(self.app, n, domain_event)
         first = domain_event if domain_event is not None and n.originator_version == 1 else None
         resource = self.scopes.of(sid, first) if self.scopes is not None else None
-        return Tailed(n.id, sid, resource, self._chat_of(sid, resource, n, event), event["type"],
-                      msgspec.json.encode(event).decode())
-
-    def _chat_of(self, sid: UUID, resource: Any, n: Any, event: dict[str, Any]) -> UUID | None:
-        """The chat a tool-call execution stream belongs to (its first event names it), None otherwise."""
-        if resource is None or resource.kind != "chat":
-            return None
-        if sid not in self._chats:
-            if n.originator_version == 1:
-                first = event["data"].get("chat_id")
-            else:
-                found = self.app.stream(sid, lte=1)
-                first = getattr(found[0], "chat_id", None) if found else None
-            self._chats[sid] = UUID(str(first)) if first is not None and UUID(str(first)) != sid else None
-        return self._chats[sid]
+        chat = self.scopes.chat_of(sid, first) if resource is not None and resource.kind == "chat" else None
+        return Tailed(n.id, sid, resource, chat, event["type"], msgspec.json.encode(event).decode())
 
     def _hand_over(self, read: tuple[int, list[Tailed]], reset: bool = False) -> None:
         if self._loop is not None and not self._loop.is_closed():

@@ -69,3 +69,32 @@ def test_a_stream_filtered_by_organization_follows_new_chats(world):
             assert created.json()["ok"], created.text
             first = json.loads(next(sse_events(r))["data"])
             assert first["type"] == "ChatCreated" and first["stream_id"] == created.json()["result"]["chat_id"]
+
+
+def test_a_chat_filter_carries_its_tool_calls_executions(world):
+    """``chat=``: the chat's own events and those of its tool calls' execution streams, live (the tail) and
+    in pages (the log), the same events."""
+    import time
+
+    from tests.service.test_two_servers import _take
+
+    call = {"type": "tool-call", "tool_call_id": "x1", "tool_name": "execute", "args": {"cmd": "ls"}}
+    with world.client("admin") as c:
+        head = c.get("/v1/events", params={"limit": 1}).json()["head"]
+        with c.stream("GET", "/v1/events/stream", params={"chat": world.chat_b, "after": head}) as live:
+            for command in (
+                    {"type": "commit_step", "chat_id": world.chat_b,
+                     "messages": [{"role": "assistant", "parts": [call]}]},
+                    {"type": "claim_tool_call", "chat_id": world.chat_b, "assistant_message_id": 2,
+                     "tool_call_id": "x1", "tool_name": "execute"},
+                    {"type": "record_tool_call_response", "chat_id": world.chat_b, "assistant_message_id": 2,
+                     "tool_call_id": "x1", "status": 200, "body": "{}"},
+                    {"type": "set_title", "chat_id": world.chat_a, "title": "not this chat"}):
+                r = c.post("/v1/commands", json=command)
+                assert r.json()["ok"], r.text
+            logged = c.get("/v1/events", params={"chat": world.chat_b, "after": head, "limit": 100}).json()["events"]
+            received = _take(live, len(logged), time.monotonic() + 60)
+    executions = {e["stream_id"] for e in logged} - {world.chat_b}
+    assert len(executions) == 1 and sum(e["stream_id"] in executions for e in logged) >= 2
+    assert world.chat_a not in {e["stream_id"] for e in logged}
+    assert received == logged
