@@ -11,12 +11,15 @@ What stays true (``commands.uow``'s rules, per command):
 
 * **All or nothing, exactly once.** Each command is decided in its own unit of work, as ``run`` first
   decides it; its events are staged, and the staged commands are saved in one transaction with every
-  decision's dependencies checked in it. If that save fails — another process wrote a stream first, the
-  connection was lost before COMMIT, any database error — nothing of it was recorded, and each staged
-  command runs again alone through ``run``, with its retries and fault rules. A lost reply to the COMMIT
+  decision's dependencies checked in it. If that save is refused — another process wrote a stream first,
+  a value the database would not take — nothing of it was recorded, and each staged command runs again
+  alone through ``run``, with its retries and fault rules. A lost reply to the COMMIT
   (``SaveInDoubt``) is settled as ``run`` settles one: recorded — every staged result stands; nothing, or
   another writer's events — each command runs again alone; the database unreachable — each is refused
-  with ``outcome_unknown`` naming its own streams.
+  with ``outcome_unknown`` naming its own streams. When the database fails (a read for a decision, or
+  the save), the commands not yet answered are tried again together until ``RECONNECT_SECONDS`` from the
+  batch's start, then each is refused ``database_unavailable``: the batch waits out a failing database
+  once, not once per command.
 * **An order the callers could have seen.** The commands of a batch were all pending at once (no caller
   had its answer yet), so any order of them is one a caller could observe. A command whose attempt reads
   or writes a stream that a command staged before it in the batch writes (or writes one such a command
@@ -32,6 +35,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import queue
+import random
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -39,9 +43,10 @@ from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError, PersistenceError
 
+from commands.handler import refused_line, run_line
 from commands.metrics import COUNTERS
-from commands.uow import (IN_DOUBT_SECONDS, UnitOfWork, cached_behind, forget_cached, outcome_unknown, settle,
-                          staging)
+from commands.uow import (IN_DOUBT_SECONDS, RECONNECT_SECONDS, UnitOfWork, cached_behind, forget_cached,
+                          outcome_unknown, settle, staging, unavailable)
 from ledger.errors import LedgerError
 from ledger.recorders import EXPECTED_VERSIONS, DependencyChanged, SaveInDoubt
 
@@ -51,11 +56,31 @@ log = logging.getLogger(__name__)
 MAX_BATCH = 64
 
 Row = dict[str, Any]
-Job = Callable[[], Row]
+
+
+class Job:
+    """One submitted command line and the check its caller's token puts on it (``access.authorize``)."""
+
+    def __init__(self, line: bytes, prepare: Callable[[Any], Any] | None = None) -> None:
+        self.line, self.prepare = line, prepare
+
+    def run(self, app: Any) -> Row:
+        return run_line(app, 1, self.line, self.prepare)
+
+    def refused(self, error: LedgerError) -> Row:
+        return refused_line(1, self.line, error)
 
 
 class Deferred(Exception):
     """The command is not staged: it runs alone after the batch's save."""
+
+
+class Unavailable(Exception):
+    """The database failed a read of the command's decision: the batch is tried again (``run_batch``)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 class Batch:
@@ -65,6 +90,7 @@ class Batch:
         self.app = app
         self.staged: list[UnitOfWork] = []
         self.unknown: list[LedgerError] = []  # after an unsettled save: each staged command's outcome_unknown
+        self.failure: BaseException | None = None  # after a save the database failed (``unavailable``)
         self._job_staged = False
 
     def begin_job(self) -> int:
@@ -86,6 +112,10 @@ class Batch:
             if uow.optimistic:
                 raise Deferred from None  # refusals are decided on current state
             raise
+        except IntegrityError:
+            raise Deferred from None
+        except PersistenceError as e:
+            raise Unavailable(e) from e
         if not uow.checked_by_save():
             raise Deferred  # a read-only use or a no-op on remembered state: decided again on the store
         if not uow.written():
@@ -110,8 +140,10 @@ class Batch:
 
     def save(self) -> str:
         """Save every staged unit of work in one transaction: ``saved``; ``redo`` when nothing was recorded
-        (each command then runs alone); ``unknown`` when nobody can tell (``self.unknown``: each command's
-        ``outcome_unknown``). Anything else raised (a defect) is every staged command's failure."""
+        and each command should run alone (a conflict, a value the database refused); ``unavailable`` when
+        nothing was recorded because the database failed (``self.failure``); ``unknown`` when nobody can
+        tell (``self.unknown``: each command's ``outcome_unknown``). Anything else raised (a defect) is
+        every staged command's failure."""
         dependencies: dict[UUID, int] = {}
         for uow in self.staged:
             dependencies.update(uow.dependencies())
@@ -132,36 +164,66 @@ class Batch:
             if outcome != "recorded":
                 return "redo"
             forget_cached(self.app, [a.id for a in aggregates])  # the cache did not see this save
-        except (IntegrityError, PersistenceError, LedgerError):
-            # a conflict, a lost connection before COMMIT, a refused transaction, a value the database
-            # refused: nothing was recorded, and each command alone gets its own outcome
-            return "redo"
+        except (IntegrityError, LedgerError):
+            return "redo"  # another writer first, or a value the database refused: each alone gets its answer
+        except PersistenceError as e:
+            self.failure = e  # a connection lost before COMMIT, a refused transaction: nothing recorded
+            return "unavailable"
         for uow in self.staged:
             uow.saved()
         return "saved"
 
 
 def run_batch(app: Any, jobs: Sequence[Job], order: list[int] | None = None) -> list[Row | BaseException]:
-    """Each job's result row, or the exception it raised (not a refusal: those are rows). A job runs one
-    command through ``commands.handler.run_line``; the commands are staged and saved as one transaction
-    where they can be (module docstring), and every row is final when this returns. ``order``, if given,
-    receives the jobs' indexes in an order in which running them one after another gives the same rows
-    and the same log: those decided at once (refusals and no-ops), those saved together, those run alone."""
+    """Each job's result row, or the exception it raised (a defect; refusals are rows). The commands are
+    staged and saved as one transaction where they can be (module docstring), and every row is final when
+    this returns. ``order``, if given, receives the jobs' indexes in an order in which running them one
+    after another gives the same rows and the same log.
+
+    When the database fails (a read of a decision, or the save), nothing of the batch is recorded and the
+    commands not yet answered are tried again together, as ``run`` tries one again, until
+    ``RECONNECT_SECONDS`` from the batch's start; then each is refused with ``database_unavailable``. So a
+    batch waits out a failing database once, not once per command."""
     results: list[Row | BaseException | None] = [None] * len(jobs)
+    deadline = time.monotonic() + RECONNECT_SECONDS
+    pending = list(range(len(jobs)))
+    while True:
+        pending, failure = _round(app, jobs, pending, results, order)
+        if not pending:
+            return results  # type: ignore[return-value]
+        if time.monotonic() >= deadline:
+            assert failure is not None
+            error = unavailable(app, failure)
+            for i in pending:
+                results[i] = jobs[i].refused(error)
+            if order is not None:
+                order.extend(pending)
+            return results  # type: ignore[return-value]
+        time.sleep(random.uniform(0.01, 0.05))  # let the pool replace its connections
+
+
+def _round(app: Any, jobs: Sequence[Job], indexes: list[int], results: list[Any],
+           order: list[int] | None) -> tuple[list[int], BaseException | None]:
+    """One try of the jobs at ``indexes``: their rows in ``results``; the jobs to try again (the database
+    failed) and the failure."""
     at_once: list[int] = []
     owners: list[int] = []  # the job of each staged unit of work
     alone: list[int] = []
     batch = Batch(app)
     staging.batch = batch
     try:
-        for i, job in enumerate(jobs):
+        for n, i in enumerate(indexes):
             mark = batch.begin_job()
             try:
-                row = job()
+                row = jobs[i].run(app)
             except Deferred:
                 batch.drop(mark)
                 alone.append(i)
                 continue
+            except Unavailable as e:  # the database fails: nothing of this round is saved, the rest try again
+                if order is not None:
+                    order.extend(at_once)
+                return sorted(alone + owners + indexes[n:]), e.cause
             except BaseException as e:  # the job's own failure (a defect): its row is the error
                 batch.drop(mark)
                 results[i] = e
@@ -175,6 +237,8 @@ def run_batch(app: Any, jobs: Sequence[Job], order: list[int] | None = None) -> 
             results[i] = row
     finally:
         staging.batch = None
+    if order is not None:
+        order.extend(at_once)
     if batch.staged:
         try:
             outcome = batch.save()
@@ -187,17 +251,19 @@ def run_batch(app: Any, jobs: Sequence[Job], order: list[int] | None = None) -> 
             COUNTERS.add("chat_ledger_group_committed_commands_total", len(owners))
         elif outcome == "unknown":
             for i, error in zip(owners, batch.unknown):
-                results[i] = refused_row(results[i], error)  # type: ignore[arg-type]
+                results[i] = refused_row(results[i], error)
+        elif outcome == "unavailable":
+            return sorted(alone + owners), batch.failure
         elif outcome == "redo":
             alone, owners = sorted(alone + owners), []
     if order is not None:
-        order.extend(at_once + owners + alone)
+        order.extend(owners + alone)
     for i in alone:
         try:
-            results[i] = jobs[i]()
+            results[i] = jobs[i].run(app)
         except BaseException as e:
             results[i] = e
-    return results  # type: ignore[return-value]
+    return [], None
 
 
 def refused_row(row: Row, error: LedgerError) -> Row:
@@ -205,8 +271,7 @@ def refused_row(row: Row, error: LedgerError) -> Row:
 
 
 class GroupCommitter:
-    """The writer thread of one process: ``submit`` a job (one command's ``run_line``), get a future of
-    its row. The thread takes everything submitted while it was saving (up to ``MAX_BATCH``) as the next
+    """The writer thread of one process: ``submit`` a job (one command line), get a future of its row. The thread takes everything submitted while it was saving (up to ``MAX_BATCH``) as the next
     batch: no wait is added, so a lone command is saved at once and a busy service saves in batches."""
 
     def __init__(self, app: Any, max_batch: int = MAX_BATCH) -> None:

@@ -148,9 +148,14 @@ def run_line(app: Any, number: int, line: bytes, prepare: Callable[[Command], Co
             command = prepare(command)
         result = execute(app, command)
     except LedgerError as e:
-        return {"line": number, "ok": False, "type": ctype if ctype is not None else _type_of(line),
-                "error": e.to_dict()}
+        return refused_line(number, line, e, ctype)
     return {"line": number, "ok": True, "type": ctype, "result": result}
+
+
+def refused_line(number: int, line: bytes, error: LedgerError, ctype: str | None = None) -> dict[str, Any]:
+    """A refused line's result row; its ``type`` is the command's (or what the line names, if anything)."""
+    return {"line": number, "ok": False, "type": ctype if ctype is not None else _type_of(line),
+            "error": error.to_dict()}
 
 
 class _Typed(msgspec.Struct):
@@ -170,4 +175,4 @@ def _type_of(line: bytes) -> str | None:
 
 
 __all__ = ["LedgerError", "command_types", "decode_command", "command_from_dict", "execute", "execute_json", "apply_lines",
-           "run_line"]
+           "run_line", "refused_line"]

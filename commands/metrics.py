@@ -40,7 +40,8 @@ HELP = {
     "chat_ledger_refusals_total": ("counter", "Refused commands and requests, by code."),
     "chat_ledger_conflict_retries_total": ("counter", "Command attempts decided again after a concurrent write."),
     "chat_ledger_group_commits_total": ("counter", "Transactions that saved several requests' commands together "
-                                        "(group commit), by outcome (saved; redo: each command then run alone; unknown; failed)."),
+                                        "(group commit), by outcome (saved; redo: each command then run alone; unavailable: tried "
+                                        "again together; unknown; failed)."),
     "chat_ledger_group_committed_commands_total": ("counter", "Commands saved by group commit transactions."),
     "chat_ledger_http_requests_total": ("counter", "HTTP requests, by route and status."),
     "chat_ledger_projection_position": ("gauge", "Notification id each projection's live build stands at."),

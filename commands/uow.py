@@ -280,11 +280,11 @@ def run(app: Any, work: Callable[[UnitOfWork], R], max_attempts: int = MAX_ATTEM
                 attempt += 1
                 time.sleep(random.uniform(0.01, 0.05))  # let the pool replace the connection
                 continue
-            raise _unavailable(app, e) from e
+            raise unavailable(app, e) from e
         except PersistenceError as e:
             # The database refused or failed the command's transaction (disk full, pool exhausted, a read
             # that kept failing): it did not commit, so nothing was recorded.
-            raise _unavailable(app, e) from e
+            raise unavailable(app, e) from e
         if conflict:
             # (A remembered copy gone stale is not counted as an attempt: the next one reads the store.)
             if uow.optimistic:
@@ -341,7 +341,7 @@ def cached_behind(app: Any, aggregate_ids: Iterable[UUID]) -> None:
         forget_cached(app, aggregate_ids)
 
 
-def _unavailable(app: Any, e: BaseException) -> LedgerError:
+def unavailable(app: Any, e: BaseException) -> LedgerError:
     return LedgerError("database_unavailable", f"{_database(app)}: {type(e).__name__}: "
                                                f"{str(e).strip() or 'no detail'}")
 

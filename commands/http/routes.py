@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import functools
 from typing import Any
 from uuid import UUID
 
@@ -20,7 +19,8 @@ from litestar.params import Parameter
 
 from commands import access, views
 from commands.access import Principal, Resource, check
-from commands.handler import apply_lines, as_line, run_line
+from commands.groupcommit import Job
+from commands.handler import apply_lines, as_line
 from commands.http.service import ErrorBody, Service, status_of
 from commands.metrics import COUNTERS
 from ledger.errors import LedgerError
@@ -97,7 +97,7 @@ def run_commands(svc: Service, p: Principal, lines: list[bytes]) -> list[dict[st
 async def run_command(svc: Service, p: Principal, line: bytes) -> dict[str, Any]:
     """One command, by the process's writer thread with the other requests' commands pending then
     (``commands.groupcommit``): the same row ``apply`` gives for it."""
-    job = functools.partial(run_line, svc.app, 1, line, lambda cmd: access.authorize(p, svc.scopes, cmd))
+    job = Job(line, lambda cmd: access.authorize(p, svc.scopes, cmd))
     return _counted(await asyncio.wrap_future(svc.committer.submit(job)))
 
 

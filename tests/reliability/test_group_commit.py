@@ -8,13 +8,13 @@
   server committed): every command recorded once, the rows those of a fault-free run; the server gone right
   after committing: each command refused with ``outcome_unknown`` naming its own stream; another process
   wrote one of the batch's streams first: the batch is not saved, and every command is then recorded once,
-  the stale one decided again on the other process's write; the server gone before the save: nothing
-  recorded, each command refused ``database_unavailable``.
+  the stale one decided again on the other process's write; the server gone (at the save, or at the reads
+  of a decision): nothing recorded, the batch tried again together, then each command refused
+  ``database_unavailable``.
 """
 
 from __future__ import annotations
 
-import functools
 import uuid
 from typing import Any, Iterator
 
@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from commands.groupcommit import run_batch
+from commands.groupcommit import Job, run_batch
 from commands.handler import command_from_dict, execute, run_line
 from commands.metrics import COUNTERS
 from ledger.store import ChatLedgerApp, open_app
@@ -73,7 +73,7 @@ def _rows(app: Any, batches: list[list[bytes]]) -> tuple[list[list[Any]], list[l
     rows, orders = [], []
     for lines in batches:
         order: list[int] = []
-        got = run_batch(app, [functools.partial(run_line, app, 1, line) for line in lines], order=order)
+        got = run_batch(app, [Job(line) for line in lines], order=order)
         assert sorted(order) == list(range(len(lines)))
         rows.append([untimed(r) for r in got])
         orders.append([lines[i] for i in order])
@@ -165,7 +165,7 @@ def _batch(app: Any, lines: list[bytes], repeats: bool = False) -> list[Any]:
     save = app.save
     app.save = lambda *a, **k: saves.append(len(a)) or save(*a, **k)
     try:
-        rows = run_batch(app, [functools.partial(run_line, app, 1, line) for line in lines])
+        rows = run_batch(app, [Job(line) for line in lines])
     finally:
         del app.save
     assert saves[:1] == ([] if repeats else [len(lines)]), saves  # every command in the batch's one transaction
@@ -232,22 +232,29 @@ def test_a_stream_another_process_wrote_first_is_decided_again(pg_url: str) -> N
         there.close()
 
 
-def test_a_server_gone_before_the_save_records_nothing_and_says_so(pg_url: str, pg_proxy: PgProxy) -> None:
-    """The batch is decided from memory (no read), then its save finds the server gone: nothing was
-    recorded, each command is tried again alone and refused ``database_unavailable``; back, they record."""
-    app = open_app(through(pg_proxy, pg_url))
+def test_a_server_gone_records_nothing_and_says_so(pg_url: str, pg_proxy: PgProxy) -> None:
+    """The server gone: a batch decided from memory (no read) fails at its save, one whose decisions read
+    the store (a new process) fails there. Either way nothing is recorded, the batch is tried again
+    together for ``RECONNECT_SECONDS``, then every command is refused ``database_unavailable``; back, they
+    record once."""
+    url = through(pg_proxy, pg_url)
+    app, fresh = open_app(url), open_app(url)
     try:
         _created(app)
         pg_proxy.stop()
         lines = _messages(CHATS, 0)
-        redone = COUNTERS.get("chat_ledger_group_commits_total", outcome="redo")
-        rows = run_batch(app, [functools.partial(run_line, app, 1, line) for line in lines])
-        assert [r["error"]["code"] for r in rows] == ["database_unavailable"] * len(CHATS), rows
-        assert COUNTERS.get("chat_ledger_group_commits_total", outcome="redo") == redone + 1  # staged, then alone
+        for who in (app, fresh):
+            failed = COUNTERS.get("chat_ledger_group_commits_total", outcome="unavailable")
+            rows = run_batch(who, [Job(line) for line in lines])
+            assert [r["error"]["code"] for r in rows] == ["database_unavailable"] * len(CHATS), rows
+            assert all(f"PostgreSQL at 127.0.0.1:{pg_proxy.port}/" in r["error"]["message"] for r in rows), rows
+            saves_failed = COUNTERS.get("chat_ledger_group_commits_total", outcome="unavailable") - failed
+            assert (saves_failed >= 1) == (who is app)  # from memory: staged, then the save failed
         pg_proxy.heal()
         for chat in CHATS:
-            assert len(app.stream(uuid.UUID(chat))) == 1  # nothing of the batch was recorded
+            assert len(app.stream(uuid.UUID(chat))) == 1  # nothing of the batches was recorded
         rows = _batch(app, lines)
         assert [(r["ok"], r["result"]["version"]) for r in rows] == [(True, 2)] * len(CHATS)
     finally:
         app.close()
+        fresh.close()
