@@ -133,7 +133,7 @@ def _http_error(request: Request[Any, Any, Any], e: HTTPException) -> Response[A
 
 
 def _other_error(request: Request[Any, Any, Any], e: Exception) -> Response[Any]:
-    error = as_error(e, routes.service(request.app.state).ledger.url)
+    error = as_error(e, routes.service(request.app.state).where)
     log.error("%s %s: %s: %s", request.method, request.url.path, error.code, error.message)
     return Response(error_body(error), status_code=status_of(error.code))
 

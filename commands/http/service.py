@@ -56,7 +56,10 @@ def error_body(e: LedgerError) -> ErrorBody:
 
 class Service:
     def __init__(self, url: str, *, follow: bool = True, poll_interval: float | None = None) -> None:
+        from ledger.store import DatabaseURL
+
         self.url = url
+        self.where = DatabaseURL.parse(url).where  # the database, for error messages (never the password)
         self.ledger = Ledger.open(url)
         self.app = self.ledger.app
         self.tokens = TokenIndex(self.app)
