@@ -271,8 +271,9 @@ def refused_row(row: Row, error: LedgerError) -> Row:
 
 
 class GroupCommitter:
-    """The writer thread of one process: ``submit`` a job (one command line), get a future of its row. The thread takes everything submitted while it was saving (up to ``MAX_BATCH``) as the next
-    batch: no wait is added, so a lone command is saved at once and a busy service saves in batches."""
+    """The writer thread of one process: ``submit`` a job (one command line), get a future of its row.
+    The thread takes everything submitted while it was saving (up to ``MAX_BATCH``) as the next batch: no
+    wait is added, so a lone command is saved at once and a busy service saves in batches."""
 
     def __init__(self, app: Any, max_batch: int = MAX_BATCH) -> None:
         self.app = app

@@ -174,5 +174,5 @@ def _type_of(line: bytes) -> str | None:
     return t if isinstance(t, str) else None
 
 
-__all__ = ["LedgerError", "command_types", "decode_command", "command_from_dict", "execute", "execute_json", "apply_lines",
-           "run_line", "refused_line"]
+__all__ = ["LedgerError", "command_types", "decode_command", "command_from_dict", "execute", "execute_json",
+           "apply_lines", "run_line", "refused_line"]

@@ -6,7 +6,8 @@ in log order, each decoded and encoded (the SSE ``data`` text) once, with the st
 tool-call execution stream, its chat. A stream whose position is inside the tail filters it in memory
 (``commands.http.stream``); one further behind (a resume from long ago) reads pages from the database until
 it reaches the tail. The tail holds at most ``TAIL`` notifications (the oldest are dropped and ``floor``
-moves up); while no stream is open nothing is read but the head (the tail is empty and ``floor`` = head). It is changed only on the event loop (the thread hands over what it read), so the streams read
+moves up); while no stream is open nothing is read but the head (the tail is empty and ``floor`` = head).
+It is changed only on the event loop (what is read or recorded is handed over to it), so the streams read
 it without a lock, and a stream sees the tail and ``head`` move together.
 
 On PostgreSQL it LISTENs on the event store's NOTIFY channel (each insert notifies) and also polls the head
