@@ -59,6 +59,16 @@ def chain_status(app: Any, stream_id: UUID, version: int | None = None) -> dict[
     return stream_status(app, stream_id, chat_position(app, stream_id, version) if version is not None else None)
 
 
+def audit_timeline(app: Any, stream_id: UUID, events: list[Any], upto: int | None) -> dict[str, Any]:
+    """The audit of a stream up to ``upto``: its timeline (``ledger.audit.timeline``) with its hash chain's
+    status (``chain``), as the audit text, the static page and the web page show it."""
+    from ledger.audit.timeline import timeline
+
+    data = timeline(events, upto)
+    data["chain"] = chain_status(app, stream_id, upto)
+    return data
+
+
 def cut_version(events: list[Any], at_version: int | None, as_of: str | None) -> int | None:
     """The version a stream version (``at_version``) or a time (``as_of``) selects (None: the latest)."""
     if as_of is not None:

@@ -12,8 +12,7 @@ from commands.cli.context import (
     Ctx, as_of_options, cell, check_as_of, emit_json, json_option, output_option, pass_ctx, print_differences,
     write_output,
 )
-from commands.queries import chain_status, cut_version, stream_events
-from ledger.audit.timeline import timeline
+from commands.queries import audit_timeline, cut_version, stream_events
 from ledger.chain import text as chain_text
 
 
@@ -38,8 +37,7 @@ def audit(c: Ctx, stream_id: str, at_version: int | None, as_of: str | None, as_
     sid = c.stream_id(stream_id)
     events = stream_events(c.app, sid)
     upto = cut_version(events, at_version, as_of)
-    data = timeline(events, upto)
-    data["chain"] = chain_status(c.app, sid, upto)
+    data = audit_timeline(c.app, sid, events, upto)
     if html_file is not None:
         from commands.audit_page import audit_page
 

@@ -220,16 +220,13 @@ def _live_types(chat_only: bool = False) -> tuple[str, ...]:
 @get("/chats/{chat_id:uuid}", include_in_schema=False, sync_to_thread=True, dependencies=dependencies)
 def chat(chat_id: UUID, principal: Principal, state: State) -> Response[str]:
     from commands.audit_page import page_data
-    from commands.queries import chain_status, chat_events
-    from ledger.audit.timeline import timeline
+    from commands.queries import audit_timeline, chat_events
 
     svc = service(state)
     check(principal, "read", svc.scopes.chat(chat_id))
     head = svc.app.head()  # before reading: an event after it reaches the page through the stream
     events = chat_events(svc.app, chat_id)
-    shown = timeline(events, None)
-    shown["chain"] = chain_status(svc.app, chat_id, None)  # as the static page and the audit text show it
-    data = page_data(svc.app, chat_id, events, None, shown)
+    data = page_data(svc.app, chat_id, events, None, audit_timeline(svc.app, chat_id, events, None))
 
     def explain(what: str, ident: Any) -> str:
         return f"/ui/chats/{chat_id}/explain?{what}={quote(str(ident))}"
