@@ -251,7 +251,7 @@ def _round(app: Any, jobs: Sequence[Job], indexes: list[int], results: list[Any]
             COUNTERS.add("chat_ledger_group_committed_commands_total", len(owners))
         elif outcome == "unknown":
             for i, error in zip(owners, batch.unknown):
-                results[i] = refused_row(results[i], error)
+                results[i] = jobs[i].refused(error)
         elif outcome == "unavailable":
             return sorted(alone + owners), batch.failure
         elif outcome == "redo":
@@ -264,10 +264,6 @@ def _round(app: Any, jobs: Sequence[Job], indexes: list[int], results: list[Any]
         except BaseException as e:
             results[i] = e
     return [], None
-
-
-def refused_row(row: Row, error: LedgerError) -> Row:
-    return {"line": row["line"], "ok": False, "type": row["type"], "error": error.to_dict()}
 
 
 class GroupCommitter:
