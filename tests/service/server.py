@@ -110,3 +110,16 @@ def sse_events(response: httpx.Response, deadline: float | None = None) -> Itera
         else:
             field, _, value = line.partition(":")
             message[field] = value[1:] if value.startswith(" ") else value
+
+
+def take_events(response: httpx.Response, n: int, deadline: float) -> list[dict[str, Any]]:
+    """The first ``n`` events (their JSON ``data``) of an open SSE response; failing at ``deadline``
+    (``time.monotonic``; keep-alives come every 15 s, so a stream that stalls fails then)."""
+    import json
+
+    got = []
+    for message in sse_events(response, deadline=deadline):
+        got.append(json.loads(message["data"]))
+        if len(got) == n:
+            return got
+    raise AssertionError(f"the stream gave {len(got)} of {n} events by its deadline")

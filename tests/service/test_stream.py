@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
-from tests.service.server import sse_events
+from tests.service.server import sse_events, take_events
 
 WRITES = 40
 
@@ -74,10 +75,6 @@ def test_a_stream_filtered_by_organization_follows_new_chats(world):
 def test_a_chat_filter_carries_its_tool_calls_executions(world):
     """``chat=``: the chat's own events and those of its tool calls' execution streams, live (the tail) and
     in pages (the log), the same events."""
-    import time
-
-    from tests.service.test_two_servers import _take
-
     call = {"type": "tool-call", "tool_call_id": "x1", "tool_name": "execute", "args": {"cmd": "ls"}}
     with world.client("admin") as c:
         head = c.get("/v1/events", params={"limit": 1}).json()["head"]
@@ -93,7 +90,7 @@ def test_a_chat_filter_carries_its_tool_calls_executions(world):
                 r = c.post("/v1/commands", json=command)
                 assert r.json()["ok"], r.text
             logged = c.get("/v1/events", params={"chat": world.chat_b, "after": head, "limit": 100}).json()["events"]
-            received = _take(live, len(logged), time.monotonic() + 60)
+            received = take_events(live, len(logged), time.monotonic() + 60)
     executions = {e["stream_id"] for e in logged} - {world.chat_b}
     assert len(executions) == 1 and sum(e["stream_id"] in executions for e in logged) >= 2
     assert world.chat_a not in {e["stream_id"] for e in logged}

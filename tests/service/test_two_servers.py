@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from contextlib import ExitStack
 
 from commands.eventlog_verify import verify
 from commands.views import all_projections
@@ -13,7 +14,7 @@ from ledger.store import open_app
 from projections import open_backend
 from tests.catalog.kit import ALICE, ORG
 from tests.service.conftest import ROLES, seed
-from tests.service.server import Server, sse_events, tokens
+from tests.service.server import Server, sse_events, take_events, tokens
 
 
 def test_two_servers_one_ledger(pg_url):
@@ -68,34 +69,21 @@ def test_each_servers_stream_has_both_servers_writes_once_in_log_order(db_url):
     writes = 30
     with Server(db_url) as one, Server(db_url) as two, one.client(secret) as c1, two.client(secret) as c2:
         head = c1.get("/v1/events", params={"limit": 1}).json()["head"]
-        streams = [c.stream("GET", "/v1/events/stream", params={"chat": chat_b, "after": head}) for c in (c1, c2)]
-        lives = [s.__enter__() for s in streams]
-        try:
-            def write(client, tag):
-                for i in range(writes):
-                    assert client.post("/v1/commands", json={"type": "set_title", "chat_id": chat_b,
-                                                             "title": f"{tag}{i}"}).json()["ok"]
+        def write(client, tag):
+            for i in range(writes):
+                assert client.post("/v1/commands", json={"type": "set_title", "chat_id": chat_b,
+                                                         "title": f"{tag}{i}"}).json()["ok"]
 
-            with one.client(secret) as w1, two.client(secret) as w2:
-                threads = [threading.Thread(target=write, args=(w, tag)) for w, tag in ((w1, "one"), (w2, "two"))]
-                for t in threads:
-                    t.start()
-                received = [_take(live, 2 * writes, time.monotonic() + 60) for live in lives]
-                for t in threads:
-                    t.join()
-        finally:
-            for s in streams:
-                s.__exit__(None, None, None)
+        with ExitStack() as streams, one.client(secret) as w1, two.client(secret) as w2:
+            lives = [streams.enter_context(c.stream("GET", "/v1/events/stream",
+                                                    params={"chat": chat_b, "after": head})) for c in (c1, c2)]
+            threads = [threading.Thread(target=write, args=(w, tag)) for w, tag in ((w1, "one"), (w2, "two"))]
+            for t in threads:
+                t.start()
+            received = [take_events(live, 2 * writes, time.monotonic() + 60) for live in lives]
+            for t in threads:
+                t.join()
         logged = c1.get("/v1/events", params={"chat": chat_b, "after": head, "limit": 1000}).json()["events"]
     assert len(logged) == 2 * writes
     assert received[0] == logged and received[1] == logged
 
-
-def _take(live, n, deadline):
-    """The first ``n`` events of an open stream (failing at ``deadline``: keep-alives come every 15 s)."""
-    got = []
-    for message in sse_events(live, deadline=deadline):
-        got.append(json.loads(message["data"]))
-        if len(got) == n:
-            return got
-    raise AssertionError(f"the stream gave {len(got)} of {n} events by its deadline")
