@@ -100,10 +100,6 @@ class LogWatcher:
         for t in self._threads:
             t.join(timeout=5)
 
-    def poke(self) -> None:
-        """Look at the head now."""
-        self._wake.set()
-
     def recorded(self, recordings: Any) -> None:
         """A save of this process, committed (module docstring): its events join the tail when they directly
         follow it; else the thread reads the log."""
