@@ -76,7 +76,8 @@ class PgProxy:
 
     def vanish(self) -> None:
         """Refuse new connections and cut every open one (the server is gone)."""
-        listener, self._listener = self._listener, None
+        with self._lock:
+            listener, self._listener = self._listener, None
         if listener is not None:
             _close(listener)
         if self._accepting is not None and self._accepting is not threading.current_thread():
@@ -119,6 +120,8 @@ class PgProxy:
         server: socket.socket | None = None
         try:
             with self._lock:
+                if self._listener is None:  # accepted just before it vanished: refused after all
+                    raise ConnectionError("vanished")
                 self._pairs.append((client, None))
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle stalls on small messages
             startup = self._startup(client)
@@ -203,10 +206,12 @@ class PgProxy:
             return True
 
     def _dropped(self, client: socket.socket, server: socket.socket) -> None:
-        _close(client)
-        _close(server)
+        # With vanish_on_drop the listener closes before the client can see its connection die: a client
+        # that reconnects at once (to ask whether its commit happened) must find the server gone.
         if self.vanish_on_drop:
             self.vanish()
+        _close(client)
+        _close(server)
 
 
 def _close(sock: socket.socket) -> None:
