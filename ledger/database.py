@@ -19,7 +19,7 @@ from typing import Mapping
 from urllib.parse import quote, unquote, urlsplit
 
 from ledger.errors import LedgerError
-from ledger.recorders import CONNECT_TIMEOUT, IDLE_IN_TRANSACTION_TIMEOUT
+from ledger.recorders import CONNECT_TIMEOUT, IDLE_IN_TRANSACTION_TIMEOUT, TCP_DEFAULTS
 
 DEFAULT_URL = "sqlite:///chat-ledger.db"
 _SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # matched in full: no trailing newline slips through
@@ -176,6 +176,8 @@ class DatabaseURL:
         params = dict(self.params)
         if "connect_timeout" not in params and not os.environ.get("PGCONNECT_TIMEOUT"):
             params["connect_timeout"] = str(CONNECT_TIMEOUT)  # libpq's, unless the URL or PGCONNECT_TIMEOUT sets one
+        for key, value in TCP_DEFAULTS.items():
+            params.setdefault(key, value)
         return make_conninfo("", **params)
 
 

@@ -31,6 +31,17 @@ EXPECTED_VERSIONS = "expected_versions"
 # PostgreSQL waits, which bound a command against a server that has gone (docs/commands.md, "Errors"):
 #: seconds: libpq's connect_timeout, and the pool's wait for a connection (POSTGRES_CONNECT_TIMEOUT)
 CONNECT_TIMEOUT = 2
+#: libpq's TCP settings, unless the URL sets them: a server that stops answering without closing the
+#: connection (a partition, a host that lost power) ends a wait in about 10 s instead of the kernel's
+#: retransmissions (Linux gives up after about 15 minutes). ``tcp_user_timeout`` (ms) bounds data left
+#: unacknowledged (a query or COMMIT sent into the partition); the keepalives find a reply that never
+#: comes (probes from 2 s idle; with the user timeout set, the kernel ends the connection once it has
+#: heard nothing for that long). The price: a live server that stops reading while the client's data
+#: fills its window (Linux counts that too; measured on loopback, a 5 s timeout cut a reader paused for
+#: 8 s) is cut after 10 s. The ledger's saves are a few kB, which the server's kernel takes whether or not
+#: the backend reads, and COPY sends its rows only after the server has asked for them.
+TCP_DEFAULTS = {"tcp_user_timeout": "10000", "keepalives": "1", "keepalives_idle": "2",
+                "keepalives_interval": "1", "keepalives_count": "3"}
 #: seconds a read goes on retrying failed connections (a terminated connection fails at once and the
 #: next one works; against a server that has gone, the first pool wait ends it)
 READ_RETRY_SECONDS = 1.0

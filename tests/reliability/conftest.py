@@ -1,4 +1,4 @@
-"""Fixtures of the reliability suite: a second PostgreSQL schema for fault-free runs, a lossy proxy."""
+"""Fixtures of the reliability suite: a second PostgreSQL schema for fault-free runs, a lossy proxy, a partition."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from ledger.store import DatabaseURL
 from tests.conftest import PG_URL, _with_schema, drop_schema, require_pg
+from tests.reliability.partition import Partition, partition_for
 from tests.reliability.pgproxy import PgProxy
 
 
@@ -28,3 +29,12 @@ def pg_proxy() -> Iterator[PgProxy]:
     db = DatabaseURL.parse(PG_URL)
     with PgProxy((db.host, db.port)) as proxy:
         yield proxy
+
+
+@pytest.fixture
+def partition() -> Iterator[Partition]:
+    """A network partition that can be made between the test server and its clients (skipped, saying why,
+    where it cannot)."""
+    require_pg()
+    with partition_for(PG_URL) as made:
+        yield made

@@ -493,7 +493,7 @@ def test_with_schema_keeps_every_other_parameter() -> None:
 def test_env_translation() -> None:
     from psycopg.conninfo import conninfo_to_dict
 
-    from ledger.recorders import CONNECT_TIMEOUT
+    from ledger.recorders import CONNECT_TIMEOUT, TCP_DEFAULTS
 
     sqlite_env = DatabaseURL.parse("sqlite:////tmp/x.db").env()
     assert sqlite_env["PERSISTENCE_MODULE"] == "eventsourcing.sqlite" and sqlite_env["SQLITE_DBNAME"] == "/tmp/x.db"
@@ -501,7 +501,9 @@ def test_env_translation() -> None:
     assert pg_env["PERSISTENCE_MODULE"] == "ledger.libpq:LibpqPostgresFactory"
     assert conninfo_to_dict(pg_env["POSTGRES_CONNINFO"]) == {
         "user": "alice", "password": "pw", "host": "h", "port": "6000", "dbname": "db", "sslmode": "verify-full",
-        "connect_timeout": str(CONNECT_TIMEOUT)}
+        "connect_timeout": str(CONNECT_TIMEOUT), **TCP_DEFAULTS}
+    own = DatabaseURL.parse("postgresql://h/db?tcp_user_timeout=30000&keepalives=0").psycopg_conninfo()
+    assert conninfo_to_dict(own)["tcp_user_timeout"] == "30000" and conninfo_to_dict(own)["keepalives"] == "0"
     assert (pg_env["POSTGRES_HOST"], pg_env["POSTGRES_PORT"], pg_env["POSTGRES_DBNAME"], pg_env["POSTGRES_SCHEMA"]) \
         == ("h", "6000", "db", "s1")
     assert "POSTGRES_ENABLE_DB_FUNCTIONS" not in pg_env  # ARCHITECTURE §3: keep the default insert path
