@@ -87,29 +87,55 @@ class TokenIndex:
         self._by_id: dict[UUID, TokenState] = {}
         self._position = 0
         self._checked = 0.0
+        self._began = -1.0  # when the last look at the log began
+        self._failure: Exception | None = None  # how it failed, or None
         self._lock = threading.Lock()
 
     def refresh(self) -> None:
+        """Read what was recorded since the last look. Callers that asked while another was reading wait for
+        it, and take its outcome when it began after they asked (it saw all they need); its failure too, so
+        a database that has gone costs a burst of requests one wait, not one each in turn."""
+        asked = time.monotonic()
         with self._lock:
-            while True:
-                notes = _token_events(self.app, self._position)
-                for n in notes:
-                    event = self.app.mapper.to_domain_event(n)
-                    state = evolve(self._by_id.get(event.originator_id), event)
-                    self._by_id[state.token_id] = self._by_hash[state.hash] = state
-                    self._position = n.id
-                if len(notes) < 1000:
-                    break
-            self._checked = time.monotonic()
+            if self._began >= asked:
+                if self._failure is not None:
+                    raise self._failure
+                return
+            self._began = time.monotonic()
+            try:
+                self._read()
+            except Exception as e:
+                self._failure = e
+                raise
+            self._failure = None
+            self._checked = self._began
+
+    def _read(self) -> None:
+        while True:
+            notes = _token_events(self.app, self._position)
+            for n in notes:
+                event = self.app.mapper.to_domain_event(n)
+                state = evolve(self._by_id.get(event.originator_id), event)
+                self._by_id[state.token_id] = self._by_hash[state.hash] = state
+                self._position = n.id
+            if len(notes) < 1000:
+                break
 
     def states(self) -> list[TokenState]:
         return sorted(self._by_id.values(), key=lambda s: (s.issued_at, str(s.token_id)))
 
     def find(self, secret: str) -> TokenState | None:
         """The token of ``secret`` (revoked ones too: the caller says why it is refused), or None."""
-        digest = secret_hash(secret)
-        state = self._by_hash.get(digest)
-        if state is None or time.monotonic() - self._checked > REFRESH_SECONDS:
+        state = self.fresh(secret)
+        if state is None:
             self.refresh()
-            state = self._by_hash.get(digest)
+            state = self._by_hash.get(secret_hash(secret))
+        return state
+
+    def fresh(self, secret: str) -> TokenState | None:
+        """The token of ``secret`` when it is known and the log was looked at within ``REFRESH_SECONDS``;
+        else None (``find`` must read the log). Never waits for the database: an event loop may ask."""
+        state = self._by_hash.get(secret_hash(secret))
+        if state is None or time.monotonic() - self._checked > REFRESH_SECONDS:
+            return None
         return state

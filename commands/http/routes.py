@@ -50,16 +50,16 @@ def service(state: State) -> Service:
 COOKIE = "chat_ledger_token"
 
 
-def _principal(request: Request[Any, Any, Any]) -> Principal:
+async def _principal(request: Request[Any, Any, Any]) -> Principal:
     header = request.headers.get("authorization")
     if header is None and request.method == "GET" and request.cookies.get(COOKIE):
         header = f"Bearer {request.cookies[COOKIE]}"
-    return service(request.app.state).principal(header)
+    return await service(request.app.state).principal_async(header)
 
 
-#: resolved on the event loop: a token is found in memory (the index reads the log only for an unknown
-#: secret, or every 0.1 s), so a request makes one thread hop (its handler), not two
-principal_dependency = {"principal": Provide(_principal, sync_to_thread=False)}
+#: resolved on the event loop from memory (``Service.principal_async``: the index reads the log, in a
+#: thread, only for an unknown secret or every 0.1 s), so most requests make one thread hop, not two
+principal_dependency = {"principal": Provide(_principal)}
 
 
 def bad_request(message: str) -> LedgerError:
@@ -109,7 +109,7 @@ async def run_command(svc: Service, p: Principal, line: bytes) -> dict[str, Any]
 async def post_commands(request: Request[Any, Any, Any]) -> Response[Any]:
     # the one hot route: its principal and body are taken here, not through dependency injection and the
     # signature model (a fifth of the route's cost under load); its OpenAPI body is set in ``openapi_document``
-    principal = _principal(request)
+    principal = await _principal(request)
     body = await request.body()
     svc = service(request.app.state)
     media = (request.headers.get("content-type") or "application/json").split(";")[0].strip().lower()

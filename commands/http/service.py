@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 import msgspec
+from litestar.concurrency import sync_to_thread
 
 from commands.access import REFUSALS, Principal, Scopes, refusal
 from commands.api import Ledger
@@ -104,15 +105,32 @@ class Service:
 
     def principal(self, authorization: str | None) -> Principal:
         """The principal of an ``Authorization: Bearer <secret>`` header (401 codes otherwise)."""
-        scheme, _, secret = (authorization or "").strip().partition(" ")
-        if scheme.lower() != "bearer" or not secret.strip():
-            raise refusal("missing_token")
-        token = self.tokens.find(secret.strip())
+        return _principal_of(self.tokens.find(_secret(authorization)))
+
+    async def principal_async(self, authorization: str | None) -> Principal:
+        """``principal``, for the event loop: from memory when the token index is fresh, else in a thread.
+        The loop never waits for the database (one that has gone would stall every request, health checks
+        and streams included, for each lookup's timeout in turn)."""
+        secret = _secret(authorization)
+        token = self.tokens.fresh(secret)
         if token is None:
-            raise refusal("invalid_token")
-        if token.revoked:
-            raise refusal("token_revoked")
-        return Principal.of(token)
+            token = await sync_to_thread(self.tokens.find, secret)
+        return _principal_of(token)
+
+
+def _secret(authorization: str | None) -> str:
+    scheme, _, secret = (authorization or "").strip().partition(" ")
+    if scheme.lower() != "bearer" or not secret.strip():
+        raise refusal("missing_token")
+    return secret.strip()
+
+
+def _principal_of(token: Any) -> Principal:
+    if token is None:
+        raise refusal("invalid_token")
+    if token.revoked:
+        raise refusal("token_revoked")
+    return Principal.of(token)
 
 
 def as_error(e: BaseException, where: str = "the database") -> LedgerError:

@@ -48,13 +48,13 @@ def ui_link(kind: str, ident: Any) -> str:
     return f"/ui/chats/{ident}"
 
 
-def _cookie_principal(request: Request[Any, Any, Any]) -> Principal:
+async def _cookie_principal(request: Request[Any, Any, Any]) -> Principal:
     secret = request.cookies.get(COOKIE)
-    return service(request.app.state).principal(f"Bearer {secret}" if secret else None)
+    return await service(request.app.state).principal_async(f"Bearer {secret}" if secret else None)
 
 
-#: on the event loop, as the API's (``routes.principal_dependency``): a token is found in memory
-dependencies = {"principal": Provide(_cookie_principal, sync_to_thread=False)}
+#: as the API's (``routes.principal_dependency``): from memory on the event loop, the log in a thread
+dependencies = {"principal": Provide(_cookie_principal)}
 
 
 def html(text: str, status: int = 200) -> Response[str]:

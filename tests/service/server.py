@@ -58,6 +58,13 @@ class Server:
                 raise AssertionError(f"serve did not answer /healthz in {STARTUP_DEADLINE}s:\n{self.output()}")
             time.sleep(0.05)  # polling the condition above, not standing in for it
 
+    def wait_ready(self, within: float) -> None:
+        """Until ``/readyz`` answers 200 (the database reachable again), as a load balancer would wait."""
+        deadline = time.monotonic() + within
+        while httpx.get(f"{self.base}/readyz", timeout=within).status_code != 200:
+            assert time.monotonic() < deadline, f"/readyz did not answer 200 within {within} s"
+            time.sleep(0.05)  # polling the condition above, not standing in for it
+
     def client(self, secret: str | None = None, **kw: Any) -> httpx.Client:
         headers = {"Authorization": f"Bearer {secret}"} if secret else {}
         return httpx.Client(base_url=self.base, headers=headers, timeout=kw.pop("timeout", 30.0), **kw)
