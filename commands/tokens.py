@@ -93,8 +93,9 @@ class TokenIndex:
 
     def refresh(self) -> None:
         """Read what was recorded since the last look. Callers that asked while another was reading wait for
-        it, and take its outcome when it began after they asked (it saw all they need); its failure too, so
-        a database that has gone costs a burst of requests one wait, not one each in turn."""
+        it, and take the outcome of the next look, which began after they asked (it saw all they need); its
+        failure too, so a database that has gone costs a burst of requests two waits (the look under way
+        and the next), not one each in turn."""
         asked = time.monotonic()
         with self._lock:
             if self._began >= asked:
