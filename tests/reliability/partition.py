@@ -26,12 +26,16 @@ import subprocess
 import sys
 import threading
 import uuid
+from pathlib import Path
 from typing import Any, Iterator
 
 import psycopg
 import pytest
 
 from ledger.database import DatabaseURL
+
+
+ROOT = Path(__file__).resolve().parents[2]  # the relay runs as ``-m tests.reliability.partition`` from here
 
 
 def _run(*argv: str) -> None:
@@ -60,8 +64,7 @@ class Partition:
             self._relay = subprocess.Popen(
                 ["ip", "netns", "exec", self.namespace, sys.executable, "-m", "tests.reliability.partition",
                  self.address, server_socket, self._there],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
-                    os.path.abspath(__file__)))))
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
             assert self._relay.stdout is not None
             self.port = int(self._relay.stdout.readline())
             self._cut_at_commit = threading.Event()
