@@ -118,15 +118,16 @@ class Scopes:
 
     def of(self, stream_id: UUID, first_event: Any = None) -> Resource | None:
         """The stream's resource; ``first_event``: its first event, when at hand (not read again)."""
-        known = self._entry(stream_id, first_event)
+        known = self.entry(stream_id, first_event)
         return known[0] if known is not None else None
 
     def chat_of(self, stream_id: UUID, first_event: Any = None) -> UUID | None:
         """The chat a tool-call execution stream belongs to; None for any other stream."""
-        known = self._entry(stream_id, first_event)
+        known = self.entry(stream_id, first_event)
         return known[1] if known is not None else None
 
-    def _entry(self, stream_id: UUID, first_event: Any) -> tuple[Resource, UUID | None] | None:
+    def entry(self, stream_id: UUID, first_event: Any = None) -> tuple[Resource, UUID | None] | None:
+        """Both at once (``of``, ``chat_of``): one look in the LRU."""
         with self._lock:
             found = self._known.get(stream_id)
             if found is not None:

@@ -181,8 +181,8 @@ class LogWatcher:
         sid = n.originator_id if isinstance(n.originator_id, UUID) else UUID(str(n.originator_id))
         event = logged_event(self.app, n, domain_event)
         first = domain_event if domain_event is not None and n.originator_version == 1 else None
-        resource = self.scopes.of(sid, first) if self.scopes is not None else None
-        chat = self.scopes.chat_of(sid, first) if resource is not None and resource.kind == "chat" else None
+        known = self.scopes.entry(sid, first) if self.scopes is not None else None
+        resource, chat = known if known is not None else (None, None)
         return Tailed(n.id, sid, resource, chat, event["type"], msgspec.json.encode(event).decode())
 
     def _hand_over(self, read: tuple[int, list[Tailed]], reset: bool = False) -> None:
