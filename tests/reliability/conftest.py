@@ -24,7 +24,7 @@ def clean_pg_url() -> Iterator[str]:
 
 @pytest.fixture
 def pg_proxy() -> Iterator[PgProxy]:
-    """A ``PgProxy`` in front of the test server (``through`` points a schema's URL at it)."""
+    """A ``PgProxy`` in front of the test server (``PgProxy.through`` points a schema's URL at it)."""
     require_pg()
     db = DatabaseURL.parse(PG_URL)
     with PgProxy((db.host, db.port)) as proxy:

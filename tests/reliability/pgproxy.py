@@ -18,6 +18,8 @@ import struct
 import threading
 from typing import Any
 
+from ledger.database import DatabaseURL
+
 SSL_REQUEST = 80877103
 GSSENC_REQUEST = 80877104
 COMMIT_COMPLETE = b"C" + struct.pack("!I", 4 + len(b"COMMIT\x00")) + b"COMMIT\x00"
@@ -51,6 +53,11 @@ class PgProxy:
 
     def url(self, schema: str, dbname: str = "postgres", user: str = "postgres") -> str:
         return f"postgresql://{user}@127.0.0.1:{self.port}/{dbname}?schema={schema}"
+
+    def through(self, url: str) -> str:
+        """``url``'s database, schema and user, reached through this proxy."""
+        db = DatabaseURL.parse(url)
+        return self.url(db.schema, db.dbname, db.user)
 
     def arm(self, vanish: bool = False) -> None:
         """Drop the next reply to COMMIT (and, with ``vanish``, refuse every connection after it)."""

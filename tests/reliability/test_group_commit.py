@@ -31,7 +31,6 @@ from tests.chat.helpers import ORG, OWNER, setup_org
 from tests.conftest import PG_URL, _with_schema, drop_schema, require_pg
 from tests.reliability.command_script import ids, normalized_log, untimed
 from tests.reliability.pgproxy import PgProxy
-from tests.reliability.test_lost_commit_reply import through
 
 CHATS = ids("group-commit", "a", "b", "c")
 #: the chats of the property tests: the first two exist before the batches run
@@ -174,7 +173,7 @@ def _batch(app: Any, lines: list[bytes], repeats: bool = False) -> list[Any]:
 
 def test_a_lost_commit_reply_records_the_batch_once(two_schemas: tuple[str, str], pg_proxy: PgProxy) -> None:
     faulty_url, clean_url = two_schemas
-    faulty, clean = open_app(through(pg_proxy, faulty_url)), open_app(clean_url)
+    faulty, clean = open_app(pg_proxy.through(faulty_url)), open_app(clean_url)
     try:
         for app in (faulty, clean):
             _created(app)
@@ -195,7 +194,7 @@ def test_a_lost_commit_reply_records_the_batch_once(two_schemas: tuple[str, str]
 
 def test_a_server_gone_after_committing_leaves_each_command_outcome_unknown(
         pg_url: str, pg_proxy: PgProxy) -> None:
-    app = open_app(through(pg_proxy, pg_url))
+    app = open_app(pg_proxy.through(pg_url))
     try:
         _created(app)
         pg_proxy.arm(vanish=True)
@@ -237,7 +236,7 @@ def test_a_server_gone_records_nothing_and_says_so(pg_url: str, pg_proxy: PgProx
     the store (a new process) fails there. Either way nothing is recorded, the batch is tried again
     together for ``RECONNECT_SECONDS``, then every command is refused ``database_unavailable``; back, they
     record once."""
-    url = through(pg_proxy, pg_url)
+    url = pg_proxy.through(pg_url)
     app, fresh = open_app(url), open_app(url)
     try:
         _created(app)

@@ -25,7 +25,7 @@ import pytest
 from commands.handler import command_from_dict, command_types, execute
 from ledger.chat import events as ev
 from ledger.errors import LedgerError
-from ledger.store import DatabaseURL, open_app
+from ledger.store import open_app
 from tests.chat.helpers import ORG, OWNER, setup_org
 from tests.reliability.command_script import normalized_log, script, untimed, with_key
 from tests.reliability.pgproxy import PgProxy
@@ -33,14 +33,9 @@ from tests.reliability.pgproxy import PgProxy
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def through(proxy: PgProxy, url: str) -> str:
-    db = DatabaseURL.parse(url)
-    return proxy.url(db.schema, db.dbname, db.user)
-
-
 def chat_through(proxy: PgProxy, pg_url: str) -> tuple[str, Any, str]:
     """The proxied URL, an application on it, and a chat created there."""
-    url = through(proxy, pg_url)
+    url = proxy.through(pg_url)
     app = open_app(url)
     setup_org(app)
     chat_id = execute(app, command_from_dict({"type": "create_chat", "organization_id": ORG, "owner_id": OWNER,
@@ -74,7 +69,7 @@ def test_reconcile_invalid_state_is_recorded_once_when_its_commit_reply_is_lost(
     records, as an imported log may hold) on both schemas, then reconcile with its COMMIT reply lost."""
     from tests.chat.helpers import invalid_chat
 
-    faulty, clean = open_app(through(pg_proxy, pg_url)), open_app(clean_pg_url)
+    faulty, clean = open_app(pg_proxy.through(pg_url)), open_app(clean_pg_url)
     try:
         answers = []
         for app, armed in ((clean, False), (faulty, True)):
@@ -106,7 +101,7 @@ def test_reconcile_invalid_state_is_recorded_once_when_its_commit_reply_is_lost(
 def test_every_writing_command_is_recorded_once_when_its_commit_reply_is_lost(
         pg_url: str, clean_pg_url: str, pg_proxy: PgProxy) -> None:
     proxy = pg_proxy
-    faulty, clean = open_app(through(proxy, pg_url)), open_app(clean_pg_url)
+    faulty, clean = open_app(proxy.through(pg_url)), open_app(clean_pg_url)
     try:
         seen_types: set[str] = set()
         writes = 0

@@ -16,7 +16,6 @@ from tests.catalog.kit import ALICE, BOB
 from tests.conftest import PG_URL
 from tests.reliability.partition import partition_for
 from tests.reliability.pgproxy import PgProxy
-from tests.reliability.test_lost_commit_reply import through
 from tests.service.conftest import ROLES, seed
 from tests.service.server import Server, tokens
 
@@ -77,7 +76,7 @@ def _gone_and_back(pg_url: str, url: str, where: str, go: Callable[[], None], ba
 def test_requests_while_the_database_is_gone_are_answered_and_record_nothing(pg_url: str) -> None:
     db = DatabaseURL.parse(PG_URL)
     with PgProxy((db.host, db.port)) as proxy:
-        _gone_and_back(pg_url, through(proxy, pg_url), f"127.0.0.1:{proxy.port}", proxy.stop, proxy.heal)
+        _gone_and_back(pg_url, proxy.through(pg_url), f"127.0.0.1:{proxy.port}", proxy.stop, proxy.heal)
 
 
 def test_requests_across_a_partition_are_answered_and_record_nothing(pg_url: str) -> None:
