@@ -204,23 +204,15 @@ def send_message(state: ChatState, em: Emitter, *, message: MessageInput, busy_b
 
 
 def stale_hook_prefix(state: ChatState, idx: int) -> list[int]:
-    """The hook prefix inserted with the user message at index ``idx``: the active rows just before it
-    that carry its turn id and were recorded by the same command (000: an edit soft-deletes them with the
-    target, or the old hook context stays in the model's context next to the new prefix). Tool rows are
-    never part of a prefix: the cancellations recorded before it stay, whatever turn id the caller gave."""
-    msgs = state.messages
-    target = msgs[idx]
-    if target.turn_id is None:
-        return []
-    ids: list[int] = []
-    for i in range(idx - 1, -1, -1):  # (backward from the target: reads only as far as the prefix goes)
-        m = msgs[i]
-        if m.deleted:
-            continue
-        if m.turn_id != target.turn_id or m.created_at != target.created_at or m.role == "tool":
-            break
-        ids.append(m.message_id)
-    return ids[::-1]
+    """The hook prefix recorded with the user message at index ``idx``, still active: the messages the
+    event that inserted the prompt recorded just before it (``MessageInfo.prefix``: ``TurnStarted`` and
+    ``QueuedPromptPromoted`` carry ``messages`` with the prompt at ``prompt_message_id``). An edit
+    soft-deletes them with the target (requirements 000: else the old hook context stays in the model's
+    context next to the new prefix). Decided from that recorded fact only: a message that merely shares
+    the prompt's turn id and time (an assistant message committed in the same step) is never a prefix.
+    Cancellations recorded by the same command are events of their own, so never part of it."""
+    target = state.messages[idx]
+    return [m.message_id for m in state.messages[idx - target.prefix:idx] if not m.deleted]
 
 
 def edit_message(state: ChatState, em: Emitter, *, message_id: int, message: MessageInput,

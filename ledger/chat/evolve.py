@@ -17,14 +17,16 @@ from ledger.chat.state import ChatState, message_info
 from ledger.chat.values import Message, edited_prompt
 
 
-def _insert(state: ChatState, messages: list[Message], event: Any) -> None:
+def _insert(state: ChatState, messages: list[Message], event: Any, prompt_message_id: int = 0) -> None:
+    """Append ``messages``; the one with ``prompt_message_id`` (a turn's prompt) records how many of them
+    came before it in this event: its hook prefix, a recorded fact (``MessageInfo.prefix``)."""
     if not messages:
         return
     at = event.timestamp
     msgs = state.messages
     previous = msgs.last_loaded()  # (only to share equal UUID objects: never a read)
-    for m in messages:
-        previous = message_info(m, at, previous)
+    for n, m in enumerate(messages):
+        previous = message_info(m, at, previous, n if m.message_id == prompt_message_id else 0)
         msgs.append(previous)
     _history_changed(state, event)
 
@@ -106,7 +108,7 @@ def _title_set(s: ChatState, e: ev.TitleSet) -> None:
 
 
 def _turn_started(s: ChatState, e: ev.TurnStarted) -> None:
-    _insert(s, e.messages, e)
+    _insert(s, e.messages, e, e.prompt_message_id)
     s.turn_id = e.turn_id
     s.hook_allowed_tools = e.tool_policy
     if e.model_config_id is not None:
@@ -185,7 +187,7 @@ def _reconciled(s: ChatState, e: ev.InvalidStateReconciled) -> None:
 def _promoted(s: ChatState, e: ev.QueuedPromptPromoted) -> None:
     _remove_queued(s, e.queued_message_id)
     _queue_changed(s, e)
-    _insert(s, e.messages, e)
+    _insert(s, e.messages, e, e.prompt_message_id)
     s.turn_id = e.turn_id
     s.hook_allowed_tools = e.tool_policy
     if e.model_config_id is not None:

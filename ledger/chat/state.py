@@ -64,9 +64,14 @@ class MessageInfo(msgspec.Struct, gc=False, array_like=True):
     created_at: datetime
     usage: Usage | None = None
     context_limit: int | None = None
+    #: a prompt's hook prefix, as recorded: the number of messages just before it (ids ``message_id -
+    #: prefix`` to ``message_id - 1``) that the event inserting the prompt recorded ahead of it
+    #: (``TurnStarted`` / ``QueuedPromptPromoted``: ``messages`` before ``prompt_message_id``); 0 for any
+    #: other message. An edit soft-deletes these with the prompt (``ledger.chat.decide.stale_hook_prefix``).
+    prefix: int = 0
 
 
-def message_info(m: Message, at: datetime, previous: MessageInfo | None = None) -> MessageInfo:
+def message_info(m: Message, at: datetime, previous: MessageInfo | None = None, prefix: int = 0) -> MessageInfo:
     calls: list[ToolCall] = []
     results: list[ToolResultInfo] = []
     boundary = False
@@ -87,7 +92,7 @@ def message_info(m: Message, at: datetime, previous: MessageInfo | None = None) 
             model_config_id = previous.model_config_id
     return MessageInfo(m.message_id, m.role, m.visibility, turn_id, model_config_id, m.compressed, False,
                        tuple(calls) if calls else (), tuple(results) if results else (),
-                       boundary and m.compressed, at, m.usage, m.context_limit)
+                       boundary and m.compressed, at, m.usage, m.context_limit, prefix)
 
 
 class ChatState(msgspec.Struct, kw_only=True):
