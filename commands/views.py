@@ -55,8 +55,9 @@ def all_projections(app: Any) -> list[Any]:
     from projections.chats import chat_projections
     from projections.conversations import conversation_projections
     from projections.org_models import org_model_projections
+    from projections.search import search_projections
 
-    return chat_projections(app) + conversation_projections(app) + org_model_projections(app)
+    return chat_projections(app) + conversation_projections(app) + org_model_projections(app) + search_projections(app)
 
 
 def selected(app: Any, names: tuple[str, ...] | None = None) -> list[Any]:

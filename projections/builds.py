@@ -102,7 +102,10 @@ class Bookkeeping(SqlBase):
 
     def _drop_tables(self, cur: Any, build: Build) -> None:
         for spec in build.tables:
-            cur.execute(f"DROP TABLE IF EXISTS {self._qualify(physical_name(build.projection, build.version, spec['name']))}")
+            name = physical_name(build.projection, build.version, spec["name"])
+            if spec.get("text_search"):
+                self._drop_text_search(cur, name)
+            cur.execute(f"DROP TABLE IF EXISTS {self._qualify(name)}")
         for meta in ("projection_tracking", "projection_failures"):
             cur.execute(self._sql(f"DELETE FROM {self._qualify(meta)} WHERE projection = %s AND version = %s"),
                         (build.projection, build.version))
@@ -114,6 +117,8 @@ class Bookkeeping(SqlBase):
         for i, index in enumerate(table.indexes, 1):
             iname = check_identifier(f"{name}_i{i}", "index")
             cur.execute(f"CREATE INDEX {_q(iname)} ON {self._qualify(name)} ({', '.join(map(_q, index))})")
+        if table.text_search is not None:
+            self._create_text_search(cur, name, table.text_search)
 
     def _forget(self, name: str, version: int) -> None:
         w = self._writers.pop((name, version), None)

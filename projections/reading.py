@@ -112,6 +112,70 @@ class Reader:
             yield from rows
             last = t.key_of(rows[-1])
 
+    def text_search(self, table: str, terms: Any, where: Mapping[str, Any] | None = None,
+                    join: str | None = None, join_where: Mapping[str, Any] | None = None,
+                    ranges: Mapping[str, tuple[Any, Any]] | None = None,
+                    contains: Mapping[str, str] | None = None,
+                    limit: int = 20, offset: int = 0) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+        """Rows of ``table`` whose ``text_search`` column matches ``terms`` (``projections.textquery.parse``),
+        best first (the engine's rank; ties in primary-key order), filtered by ``where`` (equality, as
+        ``query``), ``ranges`` ({column: (low, high)}, inclusive, None for open), ``contains`` ({text column:
+        substring}) and, when ``join`` names another table of this build whose one-column primary key is a
+        column of ``table``, by ``join_where`` on that table's row. Each hit: (row, joined row or None)."""
+        from projections.textquery import fts5, tsquery
+
+        t = self.tables[table]
+        if t.text_search is None:
+            raise ProjectionError(f"table {table} of {self.projection} has no text search")
+        b = self.backend
+        name = physical_name(self.projection, self.version, table)
+        frm, cond, rank, rank_params = b._text_search_sql(name, t.text_search, "d")
+        match = tsquery(terms) if b.PARAM == "%s" else fts5(terms)
+        cols = [f"d.{_q(c)}" for c in t.column_names]
+        params: list[Any] = [match] * rank_params
+        conds = [cond]
+        params.append(match)
+        w, p = b._where(t, t.normalize_where(where), "d.")
+        if w:
+            conds.append(w[len(" WHERE "):])
+            params += p
+        for col, (low, high) in (ranges or {}).items():
+            enc = b._encoder(t.column(col))
+            norm = t.column(col).normalize
+            if low is not None:
+                conds.append(f"d.{_q(col)} >= {b.PARAM}")
+                params.append(enc(norm(low)))
+            if high is not None:
+                conds.append(f"d.{_q(col)} <= {b.PARAM}")
+                params.append(enc(norm(high)))
+        for col, sub in (contains or {}).items():
+            t.column(col)
+            escaped = sub.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            conds.append(f"d.{_q(col)} LIKE {b.PARAM} ESCAPE '\\'")
+            params.append(f"%{escaped}%")
+        j = None
+        if join is not None:
+            j = self.tables[join]
+            key = j.primary_key[0]
+            frm += f" JOIN {b._qualify(physical_name(self.projection, self.version, join))} c ON c.{_q(key)} = d.{_q(key)}"
+            cols += [f"c.{_q(c)}" for c in j.column_names]
+            w, p = b._where(j, j.normalize_where(join_where), "c.")
+            if w:
+                conds.append(w[len(" WHERE "):])
+                params += p
+        order = ", ".join([f"{rank}"] + [f"d.{_q(k)}" for k in t.primary_key])
+        sql = (f"SELECT {', '.join(cols)} FROM {frm} WHERE {' AND '.join(conds)} ORDER BY {order} "
+               f"LIMIT {int(limit)} OFFSET {int(offset)}")
+        # (the rank's parameters come first in the text only on PostgreSQL, where the rank is in ORDER BY
+        # after the conditions: put them last)
+        params = params[rank_params:] + params[:rank_params]
+        self.cur.execute(sql, params)
+        raw = self.cur.fetchall()
+        n = len(t.column_names)
+        rows = b._decode_rows(t, [r[:n] for r in raw])
+        joined = b._decode_rows(j, [r[n:] for r in raw]) if j is not None else [None] * len(rows)
+        return list(zip(rows, joined))
+
     def position(self) -> int:
         """The notification the rows read here reflect (same snapshot as ``query``)."""
         b = self.backend

@@ -123,12 +123,17 @@ class Table:
 
     ``indexes`` lists extra column tuples to index (the primary key is always indexed), for the
     ``where`` filters readers and ``rows.select`` use (e.g. ``("organization_id",)``).
+
+    ``text_search`` names the one text column the database indexes for full-text search with its own
+    engine (SQLite FTS5, PostgreSQL ``tsvector`` + GIN), kept in step with the rows by the database itself
+    in the batch's transaction (``Reader.text_search`` queries it); None for none.
     """
 
     name: str
     columns: Sequence[Column]
     primary_key: Sequence[str]
     indexes: Sequence[Sequence[str]] = ()
+    text_search: str | None = None
 
     def __post_init__(self) -> None:
         check_identifier(self.name, "table")
@@ -161,6 +166,8 @@ class Table:
             for k in index:
                 if k not in by_name:
                     raise ProjectionError(f"table {self.name}: index column {k} is not a column")
+        if self.text_search is not None and (self.text_search not in by_name or by_name[self.text_search].type != TEXT):
+            raise ProjectionError(f"table {self.name}: text_search column {self.text_search} is not a text column")
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -237,13 +244,16 @@ class Table:
 
     def spec(self) -> dict[str, Any]:
         """A JSON description (stored with each build; the fingerprint of a definition)."""
-        return {"name": self.name, "columns": [[c.name, c.type, c.nullable] for c in self.columns],
+        spec = {"name": self.name, "columns": [[c.name, c.type, c.nullable] for c in self.columns],
                 "primary_key": list(self.primary_key), "indexes": [list(i) for i in self.indexes]}
+        if self.text_search is not None:  # (absent otherwise: the fingerprints of older tables stay the same)
+            spec["text_search"] = self.text_search
+        return spec
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> Table:
         return cls(spec["name"], [Column(n, t, bool(nl)) for n, t, nl in spec["columns"]],
-                   spec["primary_key"], spec.get("indexes", ()))
+                   spec["primary_key"], spec.get("indexes", ()), spec.get("text_search"))
 
 
 def matches(row: Mapping[str, Any], where: Mapping[str, Any]) -> bool:

@@ -116,6 +116,20 @@ class SqlBase:
     def _qualify(self, name: str) -> str:
         return _q(name)
 
+    def _create_text_search(self, cur: Any, name: str, column: str) -> None:  # pragma: no cover - dialect
+        """Index ``column`` of the new table ``name`` for full-text search, kept in step with its rows by
+        the database (``Table.text_search``)."""
+        raise NotImplementedError
+
+    def _drop_text_search(self, cur: Any, name: str) -> None:
+        """Drop what ``_create_text_search`` made beside table ``name`` (before the table is dropped)."""
+
+    def _text_search_sql(self, docs: str, column: str, alias: str) -> tuple[str, str, str, str]:  # pragma: no cover
+        """The dialect's pieces of a full-text query over table ``docs`` (aliased ``alias``): a FROM
+        fragment, the match condition (one parameter: the query in the dialect's syntax), the rank
+        expression (lower is better) and the snippet expression (the matched terms between \x02 and \x03)."""
+        raise NotImplementedError
+
     def _table_suffix(self) -> str:
         return ""
 

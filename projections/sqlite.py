@@ -26,7 +26,7 @@ import msgspec
 
 from projections import leases
 from projections.backend import SqlBackend
-from projections.sqlbase import _identity, _now
+from projections.sqlbase import _identity, _now, _q
 from projections.engine import (
     BIGINT, BOOLEAN, INTEGER, JSON, REAL, TEXT, TIMESTAMP, UBIGINT, BuildBusy, Column, ProjectionError,
 )
@@ -258,6 +258,28 @@ class SqliteBackend(SqlBackend):
             rows = cur.fetchall()
         stamp = _ts(_now())
         return [self._holder(r[0], r[1], r[2:]) for r in rows if self._holder_alive(r[2:], stamp)]  # type: ignore[misc]
+
+    # Full text: an external-content FTS5 table beside the rows, kept in step by triggers (so every write
+    # path — batches, stream-wise builds — keeps it, in the same transaction). unicode61 without removing
+    # diacritics and with the default separators (everything but letters and digits): the words
+    # PostgreSQL's side (``postgres._create_text_search``) finds too.
+    def _create_text_search(self, cur: Any, name: str, column: str) -> None:
+        fts, base, col = _q(name + "_fts"), _q(name), _q(column)
+        cur.execute(f"CREATE VIRTUAL TABLE {fts} USING fts5({col}, content={base}, content_rowid='rowid', "
+                    "tokenize='unicode61 remove_diacritics 0')")
+        new, old = f"INSERT INTO {fts}(rowid, {col}) VALUES (new.rowid, new.{col})", \
+            f"INSERT INTO {fts}({fts}, rowid, {col}) VALUES ('delete', old.rowid, old.{col})"
+        cur.execute(f"CREATE TRIGGER {_q(name + '_fts_i')} AFTER INSERT ON {base} BEGIN {new}; END")
+        cur.execute(f"CREATE TRIGGER {_q(name + '_fts_d')} AFTER DELETE ON {base} BEGIN {old}; END")
+        cur.execute(f"CREATE TRIGGER {_q(name + '_fts_u')} AFTER UPDATE OF {col} ON {base} BEGIN {old}; {new}; END")
+
+    def _drop_text_search(self, cur: Any, name: str) -> None:
+        cur.execute(f"DROP TABLE IF EXISTS {_q(name + '_fts')}")  # (the triggers go with the rows' table)
+
+    def _text_search_sql(self, docs: str, column: str, alias: str) -> tuple[str, str, str, int]:
+        fts = _q(docs + "_fts")
+        return (f"{fts} JOIN {_q(docs)} {alias} ON {alias}.rowid = {fts}.rowid", f"{fts} MATCH ?",
+                f"bm25({fts})", 0)
 
     def _is_row_error(self, e: BaseException) -> bool:
         return isinstance(e, (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError, OverflowError,

@@ -103,7 +103,7 @@ def main(ctx: click.Context, db: str | None, as_json: bool) -> None:
 
 for command in (
     chat.init, chat.apply, chat.chat, chat.show,
-    views.status_cmd, views.states, views.unresolved, views.queue, views.projections,
+    views.status_cmd, views.states, views.unresolved, views.queue, views.projections, views.search_cmd,
     catalog.models, catalog.resolve_model_cmd, catalog.catalog, catalog.deployment,
     generation.next_action_cmd,
     audit.audit, audit.explain,

@@ -25,7 +25,7 @@ from ledger.chat.state import state_legend
 from ledger.errors import LedgerError
 from projections import Follower, status
 
-PROJECTION_NAMES = ("chat_views", "conversations", "org_models")
+PROJECTION_NAMES = ("chat_views", "conversations", "org_models", "search")
 
 
 def _complete_projection(_ctx: Any, _param: Any, incomplete: str) -> list[str]:
@@ -96,6 +96,40 @@ def unresolved(c: Ctx, chat_id: str | None, org: str | None, limit: int | None, 
     cid, oid = c.chat_id(chat_id) if chat_id else None, c.org_id(org) if org else None
     rows = views.unresolved(caught_up(c, ("chat_views",)), cid, oid, views.Window(limit, since, until))
     print_rows(rows, as_json, ("chat_id", "tool_call_id", "tool_name", "kind", "since"))
+
+
+@click.command("search")
+@click.argument("query")
+@click.option("--org", default=None, help="Only this organization's chats.")
+@click.option("--owner", default=None, metavar="USER", help="Only chats this user owns.")
+@click.option("--model", default=None, metavar="ID", help="Only chats whose model config is this one.")
+@click.option("--tool", default=None, metavar="NAME", help="Only messages that call this tool or hold its result.")
+@click.option("--status", "status_filter", default=None,
+              type=click.Choice(["waiting", "running", "interrupting", "requires_action", "error", "paused"]),
+              help="Only chats in this status now.")
+@click.option("--since", default=None, metavar="TIME", help="Only what was recorded at or after TIME (ISO 8601).")
+@click.option("--until", default=None, metavar="TIME", help="Only what was recorded at or before TIME (ISO 8601).")
+@click.option("--limit", type=click.IntRange(1, 200), default=20, show_default=True, metavar="N", help="At most N hits.")
+@json_lines_flag
+@pass_ctx
+def search_cmd(c: Ctx, query: str, org: str | None, owner: str | None, model: str | None, tool: str | None,
+               status_filter: str | None, since: str | None, until: str | None, limit: int, as_json: bool) -> None:
+    """Search every chat's messages, tool calls and results, queued prompts, titles and errors (the search
+    view): words must all match, "quoted phrases" match in order, -word excludes; best matches first.
+    Deleted messages are found too (marked)."""
+    from commands.search import SearchFilters, search
+
+    oid = c.org_id(org) if org else None
+    filters = SearchFilters(org=str(oid) if oid else None, owner=str(c.user_id(owner, oid)) if owner else None,
+                            model=model, tool=tool, status=status_filter, since=since, until=until)
+    page = search(caught_up(c, ("search",)), query, filters, limit=limit)
+    rows = [{**msgspec.to_builtins(h), "title": h.chat["title"]} for h in page.hits]
+    if as_json:
+        for row in rows:
+            emit_json(row)
+        return
+    print_table([{**r, "where": f"{r['doc_id']}{' (deleted)' if r['deleted'] else ''}"} for r in rows],
+                ("chat_id", "where", "at", "title", "snippet"))
 
 
 @click.command()

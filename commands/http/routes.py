@@ -21,6 +21,7 @@ from commands import access, views
 from commands.access import Principal, Resource, check
 from commands.groupcommit import Job
 from commands.handler import apply_lines, as_line
+from commands.search import SearchFilters, SearchPage, search
 from commands.http.service import ErrorBody, Service, status_of
 from commands.metrics import COUNTERS
 from ledger.errors import LedgerError
@@ -254,5 +255,27 @@ def get_next_action(chat_id: UUID, principal: Principal, state: State, at: int |
     return svc.ledger.next_action(chat_id, at, as_of)
 
 
-ROUTES = [post_commands, list_chats, get_chat, get_unresolved, get_queue, get_models, get_timeline, get_explain,
+@get("/v1/search", sync_to_thread=True, dependencies=principal_dependency, responses=ERRORS,
+     summary="Search the chats the token may read: words, \"phrases\", -excluded; best first, in pages")
+def search_chats(principal: Principal, state: State, q: str = Parameter(min_length=1, max_length=500),
+                 org: UUID | None = None, owner: UUID | None = None, model: UUID | None = None,
+                 tool: str | None = Parameter(default=None, max_length=200),
+                 status: str | None = Parameter(default=None, pattern=STATUSES),
+                 since: str | None = Parameter(default=None, max_length=64),
+                 until: str | None = Parameter(default=None, max_length=64),
+                 limit: int = Parameter(default=20, ge=1, le=200),
+                 cursor: str | None = Parameter(default=None, max_length=200,
+                                                description="next_cursor of the previous page (opaque)"),
+                 ) -> SearchPage:
+    """The same search as ``chat-ledger search``, scoped like every read: the token's organization, and a
+    member's own chats only."""
+    svc = service(state)
+    scope = access.chats_filter(principal, org)
+    filters = SearchFilters(str(org) if org else None, str(owner) if owner else None, str(model) if model else None,
+                            tool, status, since, until)
+    backend = views.catch_up_views(svc.app, svc.ledger.backend, ("search",))
+    return search(backend, q, filters, scope=scope, limit=limit, cursor=cursor)
+
+
+ROUTES = [post_commands, list_chats, search_chats, get_chat, get_unresolved, get_queue, get_models, get_timeline, get_explain,
           get_next_action]

@@ -206,6 +206,49 @@ def chats(org: UUID, principal: Principal, state: State,
                 live={"stream": f"/v1/events/stream?org={org}&after={head}", "types": _live_types(chat_only=True)})
 
 
+@get("/search", include_in_schema=False, sync_to_thread=True, dependencies=dependencies)
+def search_page(principal: Principal, state: State, q: str | None = Parameter(default=None, max_length=500),
+                tool: str | None = Parameter(default=None, max_length=200),
+                status: str | None = Parameter(default=None, pattern=STATUSES + "|^$"),
+                since: str | None = Parameter(default=None, max_length=64),
+                until: str | None = Parameter(default=None, max_length=64),
+                cursor: str | None = Parameter(default=None, max_length=200)) -> Response[str]:
+    """Ranked hits of the search view with their snippets (the API's ``/v1/search``, as a page)."""
+    from commands.search import SearchFilters, search
+
+    form = {"q": q or "", "tool": tool or "", "status": status or "", "since": since or "", "until": until or ""}
+    result = None
+    if q and q.strip():
+        svc = service(state)
+        scope = access.chats_filter(principal, None)
+        backend = views.catch_up_views(svc.app, svc.ledger.backend, ("search",))
+        result = search(backend, q, SearchFilters(tool=tool or None, status=status or None, since=since or None,
+                                                  until=until or None), scope=scope, limit=50, cursor=cursor)
+    more = None
+    if result is not None and result.next_cursor:
+        more = "/ui/search?" + urlencode({**{k: v for k, v in form.items() if v}, "cursor": result.next_cursor})
+    return page("ui_search.html", principal, form=form, result=result, more=more,
+                statuses=STATUSES.strip("^$()").split("|"), hit_link=_hit_link, fragments=_fragments)
+
+
+def _hit_link(hit: Any) -> str:
+    """Where a hit is on its chat's page: the message's (or queued prompt's) anchor."""
+    if hit.kind == "message" and hit.message_id is not None:
+        return f"/ui/chats/{hit.chat_id}#{anchor('message', hit.message_id)}"
+    if hit.kind == "queued":
+        return f"/ui/chats/{hit.chat_id}#{anchor('queued', hit.doc_id[1:])}"
+    return f"/ui/chats/{hit.chat_id}"
+
+
+def _fragments(hit: Any) -> list[tuple[str, bool]]:
+    """The snippet cut at its highlights: (text, highlighted) pairs the template escapes."""
+    out, pos = [], 0
+    for start, end in hit.highlights:
+        out += [(hit.snippet[pos:start], False), (hit.snippet[start:end], True)]
+        pos = end
+    return out + [(hit.snippet[pos:], False)]
+
+
 @functools.cache
 def _live_types(chat_only: bool = False) -> tuple[str, ...]:
     """The event types a chat's stream carries (its own and, unless ``chat_only``, its tool calls'
@@ -262,6 +305,6 @@ def models(org: UUID, principal: Principal, state: State) -> Response[str]:
     return page("ui_models.html", principal, org=str(org), view=view)
 
 
-router = Router(path="/ui", route_handlers=[login_form, login, logout, home, chats, chat, explain_page, models],
+router = Router(path="/ui", route_handlers=[login_form, login, logout, home, chats, search_page, chat, explain_page, models],
                 exception_handlers={LedgerError: ledger_error_page, HTTPException: http_error_page},
                 include_in_schema=False)
