@@ -19,6 +19,8 @@ from projections.textquery import TextQueryError, parse, snippet, words
 
 #: hits per page at most
 MAX_LIMIT = 200
+#: matches ranked at most: the newest this many that pass the filters (docs/search.md)
+CANDIDATES = 2000
 STATUSES = ("waiting", "running", "interrupting", "requires_action", "error", "paused")
 
 
@@ -54,11 +56,13 @@ class Hit(msgspec.Struct):
 
 
 class SearchPage(msgspec.Struct):
-    """Hits, best first; ``next_cursor`` fetches the next page of the same search (null: the last)."""
+    """Hits, best first; ``next_cursor`` fetches the next page of the same search (null: the last).
+    ``capped``: more than ``CANDIDATES`` documents match, and the hits are the newest of them, ranked."""
 
     query: str
     hits: list[Hit]
     next_cursor: str | None
+    capped: bool = False
 
 
 def _uuid(value: str | None, what: str) -> str | None:
@@ -92,7 +96,7 @@ def decode_cursor(cursor: str, fingerprint: str) -> int:
 
 def search(backend: Any, query: str, filters: SearchFilters = SearchFilters(), *, scope: dict[str, Any] | None = None,
            limit: int = 20, cursor: str | None = None) -> SearchPage:
-    """The hits of ``query`` in the search view (caught up by the caller), best first. ``scope``: equality
+    """The hits of ``query`` in the search view (caught up by the caller with the chat views), best first. ``scope``: equality
     filters on the documents the caller may read (organization_id, owner_id), applied before anything else."""
     from ledger.audit.timeline import parse_time
 
@@ -109,7 +113,7 @@ def search(backend: Any, query: str, filters: SearchFilters = SearchFilters(), *
         value = _uuid(value, what)
         if value is not None:
             if column in where and where[column] != value:
-                return SearchPage(query, [], None)  # outside what the caller may read: nothing
+                return SearchPage(query, [], None, False)  # outside what the caller may read: nothing
             where[column] = value
     chat_where: dict[str, Any] = {}
     if filters.model is not None:
@@ -124,13 +128,18 @@ def search(backend: Any, query: str, filters: SearchFilters = SearchFilters(), *
     fingerprint = _fingerprint(query, filters, where)
     offset = decode_cursor(cursor, fingerprint) if cursor else 0
     contains = {"tools": f" {filters.tool.strip()} "} if filters.tool else None
-    with backend.reading("search") as r:
-        rows = r.text_search("search_docs", terms, where, join="search_chats", join_where=chat_where,
-                             ranges={"at": (since, until)}, contains=contains, limit=limit + 1, offset=offset)
+    with backend.snapshot() as snap:
+        docs, chats = snap.live("search"), snap.live("chat_views")
+        if docs is None or chats is None:
+            raise LedgerError("projection_error", "the search and chat views have no live build: catch them up first")
+        rows = docs.text_search("search_docs", terms, where, join=(chats, "chat_status"), join_where=chat_where,
+                                ranges={"at": (since, until)}, contains=contains, limit=limit + 1, offset=offset,
+                                candidates=CANDIDATES, newest="at")
+        capped = docs.capped
     highlight = words(terms)
     hits = [_hit(doc, chat, highlight) for doc, chat in rows[:limit]]
     more = len(rows) > limit
-    return SearchPage(query, hits, encode_cursor(offset + limit, fingerprint) if more else None)
+    return SearchPage(query, hits, encode_cursor(offset + limit, fingerprint) if more else None, capped)
 
 
 def _hit(doc: dict[str, Any], chat: dict[str, Any] | None, highlight: list[str]) -> Hit:

@@ -96,6 +96,8 @@ class Batches(Bookkeeping):
                         f"{position}, the batch starts at {first} (already applied)")
                 if token != writer.token or position != writer.position:
                     writer.cache.clear()  # someone else wrote since we filled the cache
+                if position == 0:  # (a stream-wise build that stopped midway left its text index suspended)
+                    self._resume_text_indexes(cur, projection, version)
                 state = ViewState(projection.table_map(), _TxStore(self, cur, name, version), writer.cache)
                 projection.begin_batch()
                 for nid, event in items:
@@ -153,6 +155,7 @@ class Batches(Bookkeeping):
                     if some:
                         self._insert_rows(cur, table, physical_name(name, version, table.name), some)
                 if position is not None:
+                    self._resume_text_indexes(cur, projection, version)
                     cur.execute(self._sql(
                         f"UPDATE {self._qualify('projection_tracking')} SET position = %s, writer = NULL, "
                         "updated_at = %s WHERE projection = %s AND version = %s AND position = 0"),
@@ -160,6 +163,24 @@ class Batches(Bookkeeping):
                     if cur.rowcount != 1:
                         raise PositionConflict(f"projection {name} v{version} is no longer an empty build at 0")
         self._forget(name, version)
+
+    def suspend_text_indexes(self, projection: Projection, version: int) -> None:
+        """Before a stream-wise build of ``version`` (empty, at position 0, its lease held): its full-text
+        indexes stop following the rows one by one; the build's last ``insert_rows`` (the one that sets its
+        position) indexes every row at once and restores them, in its transaction."""
+        if not any(t.text_search for t in projection.tables):
+            return
+        with self._write_tx() as cur:
+            self._check_lease(cur, projection.name, version)
+            for table in projection.tables:
+                if table.text_search is not None:
+                    self._suspend_text_search(cur, physical_name(projection.name, version, table.name),
+                                              table.text_search)
+
+    def _resume_text_indexes(self, cur: Any, projection: Projection, version: int) -> None:
+        for table in projection.tables:
+            if table.text_search is not None:
+                self._resume_text_search(cur, physical_name(projection.name, version, table.name), table.text_search)
 
     def _insert_rows(self, cur: Any, table: Table, name: str, rows: Sequence[dict[str, Any]]) -> None:
         cols = table.column_names

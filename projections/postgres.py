@@ -329,18 +329,31 @@ class PostgresBackend(SqlBackend):
     # Full text: a stored generated tsvector column (maintained by every INSERT, COPY and UPDATE) with a GIN
     # index. The text is cut into words at every character that is not a letter or digit first, so that
     # paths, e-mail addresses and URLs are words as SQLite's FTS5 side sees them (PostgreSQL's parser
-    # would keep ``/etc/passwd`` as one token); 'simple': no stemming, no stop words, on both sides.
+    # would keep ``/etc/passwd`` as one token); 'simple': no stemming, no stop words, on both sides. The cut
+    # uses the database's character classes (``COLLATE "default"``: the view's text columns are "C", whose
+    # [:alnum:] is ASCII only), as the text search parser does: letters beyond ASCII are letters on a
+    # database with a UTF-8 ctype (docs/search.md).
     TSV = "search_tsv"
 
     def _create_text_search(self, cur: Any, name: str, column: str) -> None:
         t = self._qualify(name)
         cur.execute(f"ALTER TABLE {t} ADD COLUMN {self.TSV} tsvector GENERATED ALWAYS AS "
-                    f"(to_tsvector('simple', regexp_replace({_q(column)}, '[^[:alnum:]]+', ' ', 'g'))) STORED")
+                    f"(to_tsvector('simple', regexp_replace({_q(column)} COLLATE \"default\", '[^[:alnum:]]+', ' ', "
+                    "'g'))) STORED")
         cur.execute(f"CREATE INDEX {_q(name + '_fts')} ON {t} USING GIN ({self.TSV})")
 
-    def _text_search_sql(self, docs: str, column: str, alias: str) -> tuple[str, str, str, int]:
+    # A stream-wise build COPYs its rows without the GIN index and builds it once at the end (the generated
+    # column is computed either way). See ``sqlite`` for when the index may be absent.
+    def _suspend_text_search(self, cur: Any, name: str, column: str) -> None:
+        cur.execute(f"DROP INDEX IF EXISTS {self._qualify(name + '_fts')}")
+
+    def _resume_text_search(self, cur: Any, name: str, column: str) -> None:
+        cur.execute(f"CREATE INDEX IF NOT EXISTS {_q(name + '_fts')} ON {self._qualify(name)} USING GIN ({self.TSV})")
+
+    def _text_search_sql(self, docs: str, column: str, alias: str, newest: str | None) -> tuple[str, str, str, int, str]:
         return (f"{self._qualify(docs)} {alias}", f"{alias}.{self.TSV} @@ to_tsquery('simple', %s)",
-                f"-ts_rank({alias}.{self.TSV}, to_tsquery('simple', %s))", 1)
+                f"-ts_rank({alias}.{self.TSV}, to_tsquery('simple', %s))", 1,
+                f"{alias}.{_q(newest)}" if newest else "1")
 
     def _meta_ddl(self) -> list[str]:
         t, l, s = (self._qualify(n) for n in ("projection_tracking", "projection_live", "projection_switches"))

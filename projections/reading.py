@@ -113,15 +113,17 @@ class Reader:
             last = t.key_of(rows[-1])
 
     def text_search(self, table: str, terms: Any, where: Mapping[str, Any] | None = None,
-                    join: str | None = None, join_where: Mapping[str, Any] | None = None,
+                    join: tuple[Reader, str] | None = None, join_where: Mapping[str, Any] | None = None,
                     ranges: Mapping[str, tuple[Any, Any]] | None = None,
-                    contains: Mapping[str, str] | None = None,
-                    limit: int = 20, offset: int = 0) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+                    contains: Mapping[str, str] | None = None, limit: int = 20, offset: int = 0,
+                    candidates: int = 2000, newest: str | None = None) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
         """Rows of ``table`` whose ``text_search`` column matches ``terms`` (``projections.textquery.parse``),
         best first (the engine's rank; ties in primary-key order), filtered by ``where`` (equality, as
         ``query``), ``ranges`` ({column: (low, high)}, inclusive, None for open), ``contains`` ({text column:
-        substring}) and, when ``join`` names another table of this build whose one-column primary key is a
-        column of ``table``, by ``join_where`` on that table's row. Each hit: (row, joined row or None)."""
+        substring}) and, when ``join`` names a table of another reader of the same snapshot (``Snapshot.live``)
+        whose one-column primary key is a column of ``table``, by ``join_where`` on that table's row (a row
+        without one is no hit). Each hit: (row, joined row or None). Only the newest ``candidates`` matches are ranked
+        (by column ``newest`` where the engine's index cannot give insertion order — SQLite's can); ``self.capped`` says afterwards whether there were more."""
         from projections.textquery import fts5, tsquery
 
         t = self.tables[table]
@@ -129,12 +131,11 @@ class Reader:
             raise ProjectionError(f"table {table} of {self.projection} has no text search")
         b = self.backend
         name = physical_name(self.projection, self.version, table)
-        frm, cond, rank, rank_params = b._text_search_sql(name, t.text_search, "d")
+        frm, cond, rank, rank_params, recency = b._text_search_sql(name, t.text_search, "d", newest)
         match = tsquery(terms) if b.PARAM == "%s" else fts5(terms)
         cols = [f"d.{_q(c)}" for c in t.column_names]
-        params: list[Any] = [match] * rank_params
         conds = [cond]
-        params.append(match)
+        params: list[Any] = [match]
         w, p = b._where(t, t.normalize_where(where), "d.")
         if w:
             conds.append(w[len(" WHERE "):])
@@ -153,27 +154,35 @@ class Reader:
             escaped = sub.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             conds.append(f"d.{_q(col)} LIKE {b.PARAM} ESCAPE '\\'")
             params.append(f"%{escaped}%")
-        j = None
+        j: Table | None = None
         if join is not None:
-            j = self.tables[join]
+            other, jname = join
+            j = other.tables[jname]
             key = j.primary_key[0]
-            frm += f" JOIN {b._qualify(physical_name(self.projection, self.version, join))} c ON c.{_q(key)} = d.{_q(key)}"
+            frm += f" JOIN {b._qualify(physical_name(other.projection, other.version, jname))} c ON c.{_q(key)} = d.{_q(key)}"
             cols += [f"c.{_q(c)}" for c in j.column_names]
             w, p = b._where(j, j.normalize_where(join_where), "c.")
             if w:
                 conds.append(w[len(" WHERE "):])
                 params += p
-        order = ", ".join([f"{rank}"] + [f"d.{_q(k)}" for k in t.primary_key])
-        sql = (f"SELECT {', '.join(cols)} FROM {frm} WHERE {' AND '.join(conds)} ORDER BY {order} "
-               f"LIMIT {int(limit)} OFFSET {int(offset)}")
-        # (the rank's parameters come first in the text only on PostgreSQL, where the rank is in ORDER BY
-        # after the conditions: put them last)
-        params = params[rank_params:] + params[:rank_params]
+        # Rank the newest ``candidates`` matches that pass the filters, not every match: the engine's rank costs
+        # a little per matching row, and a word in most documents matches hundreds of thousands; the newest are
+        # read from the index in order and the query stops at the bound. (``capped`` tells the caller.)
+        n = len(t.column_names)
+        width = n + (len(j.column_names) if j is not None else 0)
+        inner = (f"SELECT {', '.join(f'{c} AS x{i}' for i, c in enumerate(cols))}, {rank} AS x_rank FROM {frm} "
+                 f"WHERE {' AND '.join(conds)} ORDER BY {recency} DESC LIMIT {int(candidates)}")
+        keys = ", ".join(f"x{t.column_names.index(k)}" for k in t.primary_key)
+        sql = (f"SELECT {', '.join(f'x{i}' for i in range(width))}, count(*) OVER () FROM ({inner}) h "
+               f"ORDER BY x_rank, {keys} LIMIT {int(limit)} OFFSET {int(offset)}")
+        params += [match] * rank_params
+        # (the rank's parameters, if any, come first: the rank is in the inner select list)
+        params = params[-rank_params:] + params[:-rank_params] if rank_params else params
         self.cur.execute(sql, params)
         raw = self.cur.fetchall()
-        n = len(t.column_names)
+        self.capped = bool(raw) and raw[0][-1] >= candidates
         rows = b._decode_rows(t, [r[:n] for r in raw])
-        joined = b._decode_rows(j, [r[n:] for r in raw]) if j is not None else [None] * len(rows)
+        joined = b._decode_rows(j, [r[n:width] for r in raw]) if j is not None else [None] * len(rows)
         return list(zip(rows, joined))
 
     def position(self) -> int:

@@ -124,10 +124,19 @@ class SqlBase:
     def _drop_text_search(self, cur: Any, name: str) -> None:
         """Drop what ``_create_text_search`` made beside table ``name`` (before the table is dropped)."""
 
-    def _text_search_sql(self, docs: str, column: str, alias: str) -> tuple[str, str, str, str]:  # pragma: no cover
-        """The dialect's pieces of a full-text query over table ``docs`` (aliased ``alias``): a FROM
-        fragment, the match condition (one parameter: the query in the dialect's syntax), the rank
-        expression (lower is better) and the snippet expression (the matched terms between \x02 and \x03)."""
+    def _suspend_text_search(self, cur: Any, name: str, column: str) -> None:
+        """Stop keeping the index of table ``name`` in step row by row, while a stream-wise build bulk-inserts
+        into it (``_resume_text_search`` indexes every row at once, in the build's last transaction)."""
+
+    def _resume_text_search(self, cur: Any, name: str, column: str) -> None:
+        """Undo ``_suspend_text_search``: index the rows, keep the index in step again (a no-op if it is)."""
+
+    def _text_search_sql(self, docs: str, column: str, alias: str,
+                         newest: str | None) -> tuple[str, str, str, int, str]:  # pragma: no cover - dialect
+        """The dialect's pieces of a full-text query over table ``docs`` (aliased ``alias``): a FROM fragment,
+        the match condition (one parameter: the query in the dialect's syntax), the rank expression (lower is
+        better) and how many times it takes the query as a parameter, and an expression of recency (higher:
+        newer, by column ``newest`` when given) the index can give matches in."""
         raise NotImplementedError
 
     def _table_suffix(self) -> str:

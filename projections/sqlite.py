@@ -267,19 +267,41 @@ class SqliteBackend(SqlBackend):
         fts, base, col = _q(name + "_fts"), _q(name), _q(column)
         cur.execute(f"CREATE VIRTUAL TABLE {fts} USING fts5({col}, content={base}, content_rowid='rowid', "
                     "tokenize='unicode61 remove_diacritics 0')")
+        self._text_triggers(cur, name, column)
+
+    @staticmethod
+    def _text_triggers(cur: Any, name: str, column: str) -> None:
+        fts, base, col = _q(name + "_fts"), _q(name), _q(column)
         new, old = f"INSERT INTO {fts}(rowid, {col}) VALUES (new.rowid, new.{col})", \
             f"INSERT INTO {fts}({fts}, rowid, {col}) VALUES ('delete', old.rowid, old.{col})"
         cur.execute(f"CREATE TRIGGER {_q(name + '_fts_i')} AFTER INSERT ON {base} BEGIN {new}; END")
         cur.execute(f"CREATE TRIGGER {_q(name + '_fts_d')} AFTER DELETE ON {base} BEGIN {old}; END")
         cur.execute(f"CREATE TRIGGER {_q(name + '_fts_u')} AFTER UPDATE OF {col} ON {base} BEGIN {old}; {new}; END")
 
+    # A stream-wise build inserts without the triggers and has FTS5 index the table once at its end ("rebuild"):
+    # a tenth of the cost of indexing row by row. The triggers are absent only while the build is at position 0
+    # (its last transaction restores them with its position), and a batch applied at position 0 restores them.
+    def _suspend_text_search(self, cur: Any, name: str, column: str) -> None:
+        for suffix in ("i", "d", "u"):
+            cur.execute(f"DROP TRIGGER IF EXISTS {_q(f'{name}_fts_{suffix}')}")
+
+    def _resume_text_search(self, cur: Any, name: str, column: str) -> None:
+        cur.execute("SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?", (name,))
+        if cur.fetchone()[0] == 3:
+            return
+        self._suspend_text_search(cur, name, column)
+        fts = _q(name + "_fts")
+        cur.execute(f"INSERT INTO {fts}({fts}) VALUES ('rebuild')")
+        self._text_triggers(cur, name, column)
+
     def _drop_text_search(self, cur: Any, name: str) -> None:
         cur.execute(f"DROP TABLE IF EXISTS {_q(name + '_fts')}")  # (the triggers go with the rows' table)
 
-    def _text_search_sql(self, docs: str, column: str, alias: str) -> tuple[str, str, str, int]:
+    def _text_search_sql(self, docs: str, column: str, alias: str, newest: str | None) -> tuple[str, str, str, int, str]:
+        # (recency: the FTS5 index gives matches in rowid order, the rows' insertion order, whatever ``newest``)
         fts = _q(docs + "_fts")
         return (f"{fts} JOIN {_q(docs)} {alias} ON {alias}.rowid = {fts}.rowid", f"{fts} MATCH ?",
-                f"bm25({fts})", 0)
+                f"bm25({fts})", 0, f"{fts}.rowid")
 
     def _is_row_error(self, e: BaseException) -> bool:
         return isinstance(e, (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError, OverflowError,

@@ -236,6 +236,7 @@ def build(app: Any, projection: Projection, backend: Any, version: int, head: in
     and set its position to ``head``. Raises ``StreamFailed`` when a
     stream cannot be folded (the build then holds some rows: recreate it), ``ProjectionError`` when a worker
     fails or dies."""
+    backend.suspend_text_indexes(projection, version)
     sink = RowSink(backend, projection, version)
     report = None if progress is None else (lambda done: progress(done, head))
     if workers <= 1:

@@ -122,7 +122,7 @@ def search_cmd(c: Ctx, query: str, org: str | None, owner: str | None, model: st
     oid = c.org_id(org) if org else None
     filters = SearchFilters(org=str(oid) if oid else None, owner=str(c.user_id(owner, oid)) if owner else None,
                             model=model, tool=tool, status=status_filter, since=since, until=until)
-    page = search(caught_up(c, ("search",)), query, filters, limit=limit)
+    page = search(caught_up(c, ("chat_views", "search")), query, filters, limit=limit)
     rows = [{**msgspec.to_builtins(h), "title": h.chat["title"]} for h in page.hits]
     if as_json:
         for row in rows:

@@ -273,7 +273,7 @@ def search_chats(principal: Principal, state: State, q: str = Parameter(min_leng
     scope = access.chats_filter(principal, org)
     filters = SearchFilters(str(org) if org else None, str(owner) if owner else None, str(model) if model else None,
                             tool, status, since, until)
-    backend = views.catch_up_views(svc.app, svc.ledger.backend, ("search",))
+    backend = views.catch_up_views(svc.app, svc.ledger.backend, ("chat_views", "search"))
     return search(backend, q, filters, scope=scope, limit=limit, cursor=cursor)
 
 

@@ -221,7 +221,7 @@ def search_page(principal: Principal, state: State, q: str | None = Parameter(de
     if q and q.strip():
         svc = service(state)
         scope = access.chats_filter(principal, None)
-        backend = views.catch_up_views(svc.app, svc.ledger.backend, ("search",))
+        backend = views.catch_up_views(svc.app, svc.ledger.backend, ("chat_views", "search"))
         result = search(backend, q, SearchFilters(tool=tool or None, status=status or None, since=since or None,
                                                   until=until or None), scope=scope, limit=50, cursor=cursor)
     more = None
