@@ -40,6 +40,10 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "missing_token": (401, "no `Authorization: Bearer <token>` header"),
     "invalid_token": (401, "the token is not one this ledger issued"),
     "token_revoked": (401, "the token was revoked"),
+    "token_expired": (401, "the token expired (tokens create --expires-in; a new token is needed)"),
+    # (also the ledger's refusal of a chat for a non-member: "You are not a member of the specified organization.")
+    "not_organization_member": (403, "the token's user is no longer a member of the organization it was issued "
+                                     "for (a re-added member needs a new token)"),
     "not_in_organization": (403, "the resource belongs to an organization the token has no role in"),
     "not_chat_owner": (403, "a member acts on and reads only the chats they own"),
     "admin_required": (403, "managing the organization's catalog needs its admin role"),
@@ -171,15 +175,53 @@ class Scopes:
 
 # -- commands --------------------------------------------------------------------------------------------------
 
-#: command fields that name the caller (besides ``actor``)
-_CALLER_FIELDS = ("created_by", "owner_id")
+#: Every UUID field of every command, by its name (nested ones too: ``message.created_by``,
+#: ``commit_step.messages[].created_by``, ...), and the rule it is under. One table, enforced here
+#: (``as_caller``, ``authorize``), written out in docs/server.md; ``tests/service/test_access_rules.py`` walks
+#: every command Struct and fails on a UUID field this table does not name.
+#:
+#: * ``caller``: a user who acts or writes — the token's user, or refused ``actor_mismatch``. At the top of a
+#:   command a missing one is set to the caller; inside a message a missing one stays missing (a message the
+#:   model or a tool wrote has no human author), and one that names someone else is refused.
+#: * ``subject``: a user an action is about (a member added or removed, whose model override is set) — the
+#:   resource rule decides (the organization's admin; a member for their own override).
+#: * ``resource``: the stream the command writes (its chat, organization or conversation) — ``may``.
+#: * ``parent``: another chat the command writes on (a child is recorded on its parent) — the caller must be
+#:   allowed to write that chat too (a member: a chat they own; an admin: any chat of their organization).
+#: * ``reference``: an id inside the resource's own world (a model config of the organization's catalog, a
+#:   turn of the chat) — the handler refuses one that is not there; it names no user and no other stream.
+#: * ``worker``: a worker's or runner's own id (not a user): whoever may write the chat may name them.
+FIELD_RULES: dict[str, str] = {
+    "actor": "caller", "created_by": "caller", "owner_id": "caller",
+    "user_id": "subject",
+    "chat_id": "resource", "organization_id": "resource", "conversation_id": "resource",
+    "parent_chat_id": "parent",
+    "model_config_id": "reference", "requested_model_config_id": "reference", "turn_id": "reference",
+    "worker_id": "worker", "runner_id": "worker",
+}
+_CALLER_FIELDS = tuple(name for name, rule in FIELD_RULES.items() if rule == "caller")
+
+
+def _nested_callers(value: Any) -> Any:
+    """Every (struct, field) with a ``caller`` field inside ``value`` (messages, their lists), depth first."""
+    if isinstance(value, msgspec.Struct):
+        for name in value.__struct_fields__:
+            v = getattr(value, name)
+            if name in _CALLER_FIELDS:
+                yield value, name
+            elif isinstance(v, (msgspec.Struct, list, tuple)):
+                yield from _nested_callers(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _nested_callers(v)
 
 
 def as_caller(p: Principal, cmd: Command) -> Command:
     """The command with the caller's user as ``actor`` (and ``created_by`` where it has one); one that names
-    someone else there, or as a new chat's ``owner_id``, is ``actor_mismatch``."""
+    someone else in a ``caller`` field (``FIELD_RULES``) anywhere in it — a new chat's ``owner_id``, a nested
+    message's ``created_by`` — is ``actor_mismatch``."""
     changes: dict[str, Any] = {}
-    for name in ("actor", *_CALLER_FIELDS):
+    for name in _CALLER_FIELDS:
         if name not in cmd.__struct_fields__:
             continue
         value = getattr(cmd, name)
@@ -187,6 +229,12 @@ def as_caller(p: Principal, cmd: Command) -> Command:
             changes[name] = p.user
         elif value != p.user:
             raise refusal("actor_mismatch")
+    for name in cmd.__struct_fields__:
+        if name not in _CALLER_FIELDS:
+            for inner, field in _nested_callers(getattr(cmd, name)):
+                author = getattr(inner, field)
+                if author is not None and author != p.user:
+                    raise refusal("actor_mismatch")
     return msgspec.structs.replace(cmd, **changes) if changes else cmd
 
 
@@ -209,11 +257,17 @@ def command_resource(scopes: Scopes, cmd: Command) -> Resource | None:
 
 
 def authorize(p: Principal, scopes: Scopes, cmd: Command) -> Command:
-    """The command to run for ``p`` (``as_caller``), or the refusal of it."""
+    """The command to run for ``p`` (``as_caller``), or the refusal of it: the stream it writes, and any other
+    chat it writes on (a child's parent: ``FIELD_RULES``), must be ``p``'s to write."""
     cmd = as_caller(p, cmd)
     resource = command_resource(scopes, cmd)
     if resource is not None:
         check(p, "write", resource)
+    parent = getattr(cmd, "parent_chat_id", None)
+    if parent is not None:
+        found = scopes.of(parent)
+        if found is not None and found.kind == "chat":  # (not a chat: the handler refuses it, recording nothing)
+            check(p, "write", found)
     return cmd
 
 

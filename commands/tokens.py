@@ -1,7 +1,12 @@
 """API tokens in the service layer: issue, revoke, list, and find the token a request's secret names.
 
 A token is a stream of its own (``ledger.access``): ``TokenIssued`` records the SHA-256 of a random secret,
-never the secret, which is returned once to whoever issued it. ``TokenIndex`` answers "which token is this
+never the secret, which is returned once to whoever issued it, and when the token expires (``DEFAULT_TTL``
+after it is issued unless asked otherwise, at most ``MAX_TTL``).
+
+A token authenticates its user until it is revoked, until it expires, and — for a token of an organization —
+until its user is removed from that organization (``MemberRemoved`` recorded after the token was issued, in
+log order: a re-added member needs a new token). ``TokenIndex.refusal`` says which. ``TokenIndex`` answers "which token is this
 secret?" from the log (the issued and revoked events, read by topic), per process: it reads only what was
 recorded since its last look, at most every ``REFRESH_SECONDS`` for a known token and at once for an
 unknown one, so a revocation recorded by any process takes effect within that time everywhere.
@@ -10,13 +15,15 @@ unknown one, so a revocation recorded by any process takes effect within that ti
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
-from commands.uow import UnitOfWork, run
+from commands.uow import UnitOfWork, run, utcnow
 from ledger.access import decide
 from ledger.access import events as ev
 from ledger.access.aggregate import ApiToken
@@ -28,6 +35,20 @@ from ledger.errors import LedgerError
 REFRESH_SECONDS = 0.1
 #: the prefix of every secret (so a leaked one is recognizable in logs and scanners)
 SECRET_PREFIX = "clt_"
+#: how long a token lives unless ``expires_in`` says otherwise, and the longest it may
+DEFAULT_TTL = timedelta(days=90)
+MAX_TTL = timedelta(days=365)
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90d``, ``12h``, ``30m``, ``3600s``, ``2w`` (``invalid_command`` otherwise)."""
+    m = _DURATION.match(text)
+    if m is None or int(m.group(1)) == 0:
+        raise LedgerError("invalid_command", f"a duration is a positive number and a unit (s, m, h, d, w), "
+                                             f"e.g. 90d or 12h, not {text!r}")
+    return timedelta(**{_UNITS[m.group(2)]: int(m.group(1))})
 
 
 def secret_hash(secret: str) -> str:
@@ -35,15 +56,20 @@ def secret_hash(secret: str) -> str:
 
 
 def issue_token(app: Any, *, user: UUID, org: UUID | None = None, role: str | None = None,
-                deployment_admin: bool = False, issued_by: UUID | None = None) -> dict[str, Any]:
-    """Record a new token; its row with ``secret`` (shown this once: only its hash is recorded)."""
+                deployment_admin: bool = False, issued_by: UUID | None = None,
+                expires_in: timedelta = DEFAULT_TTL) -> dict[str, Any]:
+    """Record a new token, expiring ``expires_in`` from now (at most ``MAX_TTL``); its row with ``secret``
+    (shown this once: only its hash is recorded)."""
+    if expires_in > MAX_TTL:
+        raise LedgerError("invalid_command", f"a token lives at most {MAX_TTL.days} days")
     secret = SECRET_PREFIX + secrets.token_urlsafe(32)
     token_id = uuid4()
 
     def work(uow: UnitOfWork) -> dict[str, Any]:
         em = Emitter(token_id, 0, uow.now, actor=issued_by)
         events = decide.issue(None, em, hash=secret_hash(secret), user=user, org=org, role=role,
-                              deployment_admin=deployment_admin, issued_by=issued_by, at=uow.now)
+                              deployment_admin=deployment_admin, issued_by=issued_by, at=uow.now,
+                              expires_at=uow.now + expires_in)
         agg = uow.create(ApiToken, events)
         return {**token_row(agg.state), "secret": secret}
 
@@ -67,15 +93,19 @@ def revoke_token(app: Any, token_id: UUID, revoked_by: UUID | None = None) -> di
 
 
 def _token_events(app: Any, after: int, limit: int = 1000) -> list[Any]:
+    """Token events and what ends a member's tokens (a catalog's start names its organization)."""
+    from ledger.catalog import events as cev
+
     return app.recorder.select_notifications(start=after, limit=limit, inclusive_of_start=False,
-                                             topics=[ev.TokenIssued.TOPIC, ev.TokenRevoked.TOPIC])
+                                             topics=[ev.TokenIssued.TOPIC, ev.TokenRevoked.TOPIC,
+                                                     cev.CatalogStarted.TOPIC, cev.MemberRemoved.TOPIC])
 
 
 def list_tokens(app: Any) -> list[dict[str, Any]]:
     """Every token in the order issued (revoked ones too), without secrets or hashes."""
     index = TokenIndex(app)
     index.refresh()
-    return [token_row(s) for s in index.states()]
+    return [{**token_row(s), "ended": index.refusal(s)} for s in index.states()]
 
 
 class TokenIndex:
@@ -85,6 +115,9 @@ class TokenIndex:
         self.app = app
         self._by_hash: dict[str, TokenState] = {}
         self._by_id: dict[UUID, TokenState] = {}
+        self._issued: dict[UUID, int] = {}  # token id -> the notification that issued it
+        self._removed: dict[tuple[UUID, UUID], int] = {}  # (organization, user) -> their last removal's notification
+        self._orgs: dict[UUID, UUID] = {}  # catalog stream id -> its organization
         self._position = 0
         self._checked = 0.0
         self._began = -1.0  # when the last look at the log began
@@ -116,11 +149,38 @@ class TokenIndex:
             notes = _token_events(self.app, self._position)
             for n in notes:
                 event = self.app.mapper.to_domain_event(n)
-                state = evolve(self._by_id.get(event.originator_id), event)
-                self._by_id[state.token_id] = self._by_hash[state.hash] = state
+                kind = type(event).__name__
+                if kind == "CatalogStarted":
+                    self._orgs[event.originator_id] = event.organization_id
+                elif kind == "MemberRemoved":
+                    org = self._orgs.get(event.originator_id, event.originator_id)
+                    self._removed[(org, event.user_id)] = n.id
+                else:
+                    state = evolve(self._by_id.get(event.originator_id), event)
+                    self._by_id[state.token_id] = self._by_hash[state.hash] = state
+                    self._issued.setdefault(state.token_id, n.id)
                 self._position = n.id
             if len(notes) < 1000:
                 break
+
+    def refusal(self, state: TokenState, now: Any = None) -> str | None:
+        """Why ``state``'s token no longer authenticates (``token_revoked``, ``token_expired``,
+        ``not_organization_member``), or None while it does."""
+        if state.revoked:
+            return "token_revoked"
+        if state.expires_at is not None and (now or utcnow()) >= state.expires_at:
+            return "token_expired"
+        if state.org is not None and self._removed.get((state.org, state.user), -1) > self._issued.get(state.token_id, 0):
+            return "not_organization_member"
+        return None
+
+    def by_id(self, token_id: UUID) -> TokenState | None:
+        return self._by_id.get(token_id)
+
+    @property
+    def stale(self) -> bool:
+        """The log was not looked at within ``REFRESH_SECONDS``."""
+        return time.monotonic() - self._checked > REFRESH_SECONDS
 
     def states(self) -> list[TokenState]:
         return sorted(self._by_id.values(), key=lambda s: (s.issued_at, str(s.token_id)))

@@ -10,7 +10,7 @@ import click
 
 from commands.cli.context import Ctx, emit_json, json_option, pass_ctx, print_rows
 
-TOKEN_COLUMNS = ("token_id", "user", "org", "role", "deployment_admin", "issued_at", "revoked")
+TOKEN_COLUMNS = ("token_id", "user", "org", "role", "deployment_admin", "issued_at", "expires_at", "ended")
 
 
 @click.group()
@@ -24,26 +24,29 @@ def tokens() -> None:
 @click.option("--role", type=click.Choice(["member", "admin", "auditor"]), default=None,
               help="The token's role in --org.")
 @click.option("--deployment-admin", is_flag=True, help="May change deployment settings, conversations, tokens.")
+@click.option("--expires-in", "expires_in", default="90d", show_default=True, metavar="DURATION",
+              help="How long the token lives: 90d, 12h, 30m, 2w (at most 365d). It ends then, recorded with it.")
 @json_option("Print the token (with its secret) as JSON.")
 @pass_ctx
 def tokens_create(c: Ctx, user: str, org: str | None, role: str | None, deployment_admin: bool,
-                  as_json: bool) -> None:
+                  expires_in: str, as_json: bool) -> None:
     """Issue a token. Its secret is printed once: only its SHA-256 is recorded."""
-    from commands.tokens import issue_token
+    from commands.tokens import issue_token, parse_duration
 
+    ttl = parse_duration(expires_in)
     if (org is None) != (role is None):
         raise click.UsageError("give --org and --role together")
     if org is None and not deployment_admin:
         raise click.UsageError("give --org and --role, or --deployment-admin")
     org_id = c.org_id(org) if org else None
     row = issue_token(c.app, user=c.user_id(user, org_id), org=org_id,
-                      role=role, deployment_admin=deployment_admin)
+                      role=role, deployment_admin=deployment_admin, expires_in=ttl)
     if as_json:
         emit_json(row)
         return
     click.echo(f"token {row['token_id']} for user {row['user']}"
                + (f", {row['role']} of {row['org']}" if row["org"] else "")
-               + (", deployment admin" if row["deployment_admin"] else ""))
+               + (", deployment admin" if row["deployment_admin"] else "") + f"; expires {row['expires_at']}")
     click.echo(f"secret (shown once; send it as `Authorization: Bearer <secret>`): {row['secret']}")
 
 

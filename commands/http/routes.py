@@ -29,9 +29,9 @@ from ledger.errors import LedgerError
 #: documented error responses of every authenticated route
 ERRORS = {status: ResponseSpec(ErrorBody, description=text, generate_examples=False) for status, text in (
     (400, "invalid request (invalid_command, invalid_request)"),
-    (401, "missing_token, invalid_token, token_revoked"),
+    (401, "missing_token, invalid_token, token_revoked, token_expired"),
     (403, "refused by the authorization rules (not_in_organization, not_chat_owner, admin_required, "
-          "read_only_role, deployment_admin_required, actor_mismatch)"),
+          "read_only_role, deployment_admin_required, actor_mismatch, not_organization_member)"),
     (404, "chat_not_found, stream_not_found, version_not_found, ..."),
     (409, "refused by the ledger's rules (the codes `apply` gives)"),
     (503, "projection_busy, database_unavailable, outcome_unknown"),

@@ -105,7 +105,7 @@ class Service:
 
     def principal(self, authorization: str | None) -> Principal:
         """The principal of an ``Authorization: Bearer <secret>`` header (401 codes otherwise)."""
-        return _principal_of(self.tokens.find(_secret(authorization)))
+        return self._principal_of(self.tokens.find(_secret(authorization)))
 
     async def principal_async(self, authorization: str | None) -> Principal:
         """``principal``, for the event loop: from memory when the token index is fresh, else in a thread.
@@ -115,7 +115,26 @@ class Service:
         token = self.tokens.fresh(secret)
         if token is None:
             token = await sync_to_thread(self.tokens.find, secret)
-        return _principal_of(token)
+        return self._principal_of(token)
+
+    def _principal_of(self, token: Any) -> Principal:
+        if token is None:
+            raise refusal("invalid_token")
+        code = self.tokens.refusal(token)
+        if code is not None:
+            raise refusal(code)
+        return Principal.of(token)
+
+    async def still_refused(self, p: Principal) -> str | None:
+        """Why the token ``p`` was resolved from no longer authenticates (revoked, expired, its user removed
+        from the organization), or None: what an open stream asks between its writes. Reads the log (in a
+        thread) when the token index is older than ``REFRESH_SECONDS``."""
+        if p.token_id is None:
+            return None
+        if self.tokens.stale:
+            await sync_to_thread(self.tokens.refresh)
+        state = self.tokens.by_id(p.token_id)
+        return "invalid_token" if state is None else self.tokens.refusal(state)
 
 
 def _secret(authorization: str | None) -> str:
@@ -123,14 +142,6 @@ def _secret(authorization: str | None) -> str:
     if scheme.lower() != "bearer" or not secret.strip():
         raise refusal("missing_token")
     return secret.strip()
-
-
-def _principal_of(token: Any) -> Principal:
-    if token is None:
-        raise refusal("invalid_token")
-    if token.revoked:
-        raise refusal("token_revoked")
-    return Principal.of(token)
 
 
 def as_error(e: BaseException, where: str = "the database") -> LedgerError:

@@ -32,6 +32,9 @@ SCAN_PAGE = 500
 SCAN_LIMIT = 10_000
 #: seconds between keep-alive comments on an idle stream
 KEEPALIVE = 15.0
+#: seconds between looks at whether the stream's token still authenticates (revoked, expired, its user removed
+#: from the organization): the stream ends within about this long after any of them is recorded
+RECHECK = 0.5
 
 
 class EventPage(msgspec.Struct):
@@ -141,7 +144,17 @@ async def _events(svc: Service, selection: Filter, position: int) -> AsyncIterat
 
 async def _follow(watcher: Any, selection: Filter, position: int,
                   encode: Any) -> AsyncIterator[ServerSentEventMessage]:
+    """The stream's loop. Before each write, and every ``RECHECK`` seconds while it waits, it asks whether the
+    token still authenticates; when it no longer does, the last message is an ``error`` event with the code
+    (``token_revoked``, ``token_expired``, ``not_organization_member``) and the stream ends."""
+    svc, principal = selection.svc, selection.p
+    idle = 0.0
     while True:
+        code = await svc.still_refused(principal)
+        if code is not None:
+            yield ServerSentEventMessage(event="error", data=encode({"error": {
+                "code": code, "message": access.REFUSALS[code][1] if code in access.REFUSALS else code}}).decode())
+            return
         tail = watcher.since(position)
         if tail is None:
             page = await asyncio.to_thread(selection.page, position, SCAN_PAGE)
@@ -159,8 +172,13 @@ async def _follow(watcher: Any, selection: Filter, position: int,
             position = max(position, head)
             if watcher.head > position:
                 continue
-        if not await watcher.wait_beyond(position, KEEPALIVE):
-            yield ServerSentEventMessage(comment="keep-alive", data=None)
+        if await watcher.wait_beyond(position, RECHECK):
+            idle = 0.0
+        else:
+            idle += RECHECK
+            if idle >= KEEPALIVE:
+                idle = 0.0
+                yield ServerSentEventMessage(comment="keep-alive", data=None)
 
 
 ROUTES = [get_events, get_stream]

@@ -16,9 +16,11 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def issue(state: TokenState | None, em: Emitter, *, hash: str, user: UUID, org: UUID | None, role: str | None,
-          deployment_admin: bool, issued_by: UUID | None, at: datetime) -> list[Any]:
+          deployment_admin: bool, issued_by: UUID | None, at: datetime,
+          expires_at: datetime | None = None) -> list[Any]:
     """A new token. An organization needs a role and a role an organization; a token grants something (an
-    organization role or deployment administration); the hash is a SHA-256 hex digest."""
+    organization role or deployment administration); the hash is a SHA-256 hex digest; it expires after it
+    is issued."""
     if state is not None:
         raise LedgerError("token_exists", f"token {state.token_id} already exists")
     if (org is None) != (role is None):
@@ -28,10 +30,13 @@ def issue(state: TokenState | None, em: Emitter, *, hash: str, user: UUID, org: 
     if org is None and not deployment_admin:
         raise LedgerError("invalid_command", "a token grants an organization role (--org, --role) "
                                              "or deployment administration (--deployment-admin)")
+    if expires_at is not None and expires_at <= at:
+        raise LedgerError("invalid_command", "a token must expire after it is issued")
     if not _SHA256.fullmatch(hash):
         raise LedgerError("invalid_command", "a token hash is a lowercase SHA-256 hex digest")
     em.emit(ev.TokenIssued, originator_topic=ev.TOKEN_TOPIC, token_id=em.originator_id, hash=hash, user=user,
-            org=org, role=role, deployment_admin=deployment_admin, issued_by=issued_by, at=at)
+            org=org, role=role, deployment_admin=deployment_admin, issued_by=issued_by, at=at,
+            expires_at=expires_at)
     return em.events
 
 

@@ -18,7 +18,7 @@ ROLES: tuple[str, ...] = ("member", "admin", "auditor")
 class TokenIssued(LedgerCreated):
     """A token was issued for ``user``: in organization ``org`` with ``role`` (both or neither), and/or as a
     deployment administrator. ``issued_by`` is the token user who issued it, None for the local
-    administrator (the CLI, whoever holds the database)."""
+    administrator (the CLI, whoever holds the database). ``expires_at`` is a fact of the token: it ends then."""
 
     TOPIC = "chat-ledger:access.TokenIssued"
     token_id: UUID
@@ -29,6 +29,8 @@ class TokenIssued(LedgerCreated):
     deployment_admin: bool
     issued_by: UUID | None
     at: datetime
+    #: when it stops authenticating (None: a token issued before tokens aged; it does not expire)
+    expires_at: datetime | None = None
 
 
 class TokenRevoked(LedgerEvent):

@@ -20,6 +20,7 @@ class TokenState(msgspec.Struct, kw_only=True):
     deployment_admin: bool
     issued_by: UUID | None
     issued_at: datetime
+    expires_at: datetime | None = None
     revoked_at: datetime | None = None
     revoked_by: UUID | None = None
     version: int = 0
@@ -33,7 +34,7 @@ def evolve(state: TokenState | None, event: Any) -> TokenState:
     if isinstance(event, ev.TokenIssued):
         state = TokenState(token_id=event.token_id, hash=event.hash, user=event.user, org=event.org,
                            role=event.role, deployment_admin=event.deployment_admin, issued_by=event.issued_by,
-                           issued_at=event.at)
+                           issued_at=event.at, expires_at=event.expires_at)
     elif isinstance(event, ev.TokenRevoked):
         assert state is not None
         state.revoked_at, state.revoked_by = event.at, event.revoked_by
@@ -49,5 +50,6 @@ def token_row(state: TokenState) -> dict[str, Any]:
             "org": str(state.org) if state.org else None, "role": state.role,
             "deployment_admin": state.deployment_admin,
             "issued_by": str(state.issued_by) if state.issued_by else None,
-            "issued_at": state.issued_at.isoformat(), "revoked": state.revoked,
+            "issued_at": state.issued_at.isoformat(),
+            "expires_at": state.expires_at.isoformat() if state.expires_at else None, "revoked": state.revoked,
             "revoked_at": state.revoked_at.isoformat() if state.revoked_at else None}
