@@ -16,6 +16,7 @@ from litestar import Litestar, Request, Response, get
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
 from commands.http import routes, stream, ui
@@ -27,6 +28,25 @@ from ledger.errors import LedgerError
 log = logging.getLogger(__name__)
 
 PUBLIC = ("/healthz", "/readyz", "/metrics", "/openapi.json")
+
+#: sent with every response (pages, API, errors, streams): no script but the ledger's own files (the pages run
+#: no inline script: ``/ui/static/live.js``), no framing, no referrer, no content sniffing
+SECURITY_HEADERS = (
+    (b"content-security-policy", b"default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+                                 b"img-src 'self' data:; connect-src 'self'; form-action 'self'; "
+                                 b"frame-ancestors 'none'; base-uri 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+)
+
+
+async def security_headers(message: Any, scope: Any) -> None:
+    """``SECURITY_HEADERS`` on every HTTP response that does not set its own (a ``before_send`` hook of the app:
+    it sees every response, the router's own 404 and 405 and the error handlers' included)."""
+    if message["type"] == "http.response.start":
+        present = {k.lower() for k, _ in message.get("headers", ())}
+        message["headers"] = [*message.get("headers", ()), *((k, v) for k, v in SECURITY_HEADERS if k not in present)]
 
 
 class Health(msgspec.Struct):
@@ -155,10 +175,12 @@ def create_app(url: str, *, follow: bool = True, poll_interval: float | None = N
     return Litestar(
         route_handlers=[*routes.ROUTES, *stream.ROUTES, ui.router, healthz, readyz, metrics, openapi_json],
         lifespan=[lifespan],
+        before_send=[security_headers],
         exception_handlers={LedgerError: _ledger_error, HTTPException: _http_error, Exception: _other_error},
         openapi_config=OpenAPIConfig(
             title="chat-ledger", version="1", description="The ledger service (docs/server.md).",
             components=Components(security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")}),
-            path="/schema"),
+            # Only the JSON document under /schema: the interactive renderers load scripts from other hosts
+            path="/schema", render_plugins=[JsonRenderPlugin()]),
         debug=False,
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from hmac import compare_digest
+from pathlib import Path
 from secrets import token_urlsafe
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -57,9 +58,18 @@ async def _cookie_principal(request: Request[Any, Any, Any]) -> Principal:
 dependencies = {"principal": Provide(_cookie_principal)}
 
 
+@get("/static/live.js", include_in_schema=False, cache=False)
+async def live_js() -> Response[bytes]:
+    """The pages' one script (``static/live.js``): a file the ledger serves, so no page runs inline script."""
+    return Response(_LIVE_JS, media_type="text/javascript; charset=utf-8", headers={"Cache-Control": "no-cache"})
+
+
+_LIVE_JS = (Path(__file__).parent / "static" / "live.js").read_bytes()
+
+
 def html(text: str, status: int = 200) -> Response[str]:
     return Response(text, media_type=MediaType.HTML, status_code=status,
-                    headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY"})
+                    headers={"Cache-Control": "no-store"})  # (the security headers: ``app.security_headers``)
 
 
 def page(template: str, p: Principal | None, http_status: int = 200, **context: Any) -> Response[str]:
@@ -305,6 +315,6 @@ def models(org: UUID, principal: Principal, state: State) -> Response[str]:
     return page("ui_models.html", principal, org=str(org), view=view)
 
 
-router = Router(path="/ui", route_handlers=[login_form, login, logout, home, chats, search_page, chat, explain_page, models],
+router = Router(path="/ui", route_handlers=[login_form, login, logout, home, chats, search_page, chat, explain_page, models, live_js],
                 exception_handlers={LedgerError: ledger_error_page, HTTPException: http_error_page},
                 include_in_schema=False)

@@ -10,6 +10,8 @@ shortest unique length on the page.
 
 from __future__ import annotations
 
+import re
+
 from functools import lru_cache
 from typing import Any, Callable
 
@@ -35,12 +37,28 @@ def static_link(kind: str, ident: Any) -> str:
     return f"{ident}.html"
 
 
+#: characters that change how text around them is shown without being seen: bidirectional overrides and
+#: isolates, marks, zero-width characters, soft hyphen, BOM, line and paragraph separators. On a page they could
+#: reorder or hide what the record says (``abc\u202efed`` reads as "abcdef"); the pages show each as
+#: ``⟨U+202E⟩`` instead.
+INVISIBLE = re.compile("[\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb]")
+
+
+def visible(value: Any) -> Any:
+    """``value`` with ``INVISIBLE`` characters spelled out (strings only; the environment's ``finalize``: every
+    ``{{ expression }}`` of every page goes through it, before escaping)."""
+    if isinstance(value, str) and INVISIBLE.search(value):
+        shown = INVISIBLE.sub(lambda m: f"⟨U+{ord(m.group()):04X}⟩", value)
+        return type(value)(shown) if type(value) is not str else shown  # (markup stays markup: ⟨U+…⟩ is no HTML)
+    return value
+
+
 @lru_cache(maxsize=1)
 def environment() -> Any:
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
     env = Environment(loader=PackageLoader("ledger.audit", "templates"), autoescape=select_autoescape(["html"]),
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, finalize=visible)
     env.globals["anchor"] = anchor
     return env
 

@@ -72,7 +72,7 @@ def test_pages_render_for_the_own_organization(world):
         assert page.status_code == 200
         for said in ("Fix the build", "Execution-state path", "Queued prompts", "Tool calls", "Turns", "Timeline",
                      'id="call-c1"', 'href="#result-c1"', f"/ui/chats/{world.chat_a}/explain?tool_call=c1",
-                     f"/ui/chats/{world.chat_a}/explain?queued_message=1", "EventSource", "<b>read</b>",
+                     f"/ui/chats/{world.chat_a}/explain?queued_message=1", 'src="/ui/static/live.js"', "<b>read</b>",
                      "chain: ok (head "):
             assert said in page.text, said
         turn = re.search(r"/explain\?turn=([0-9a-f-]+)", page.text).group(1)
