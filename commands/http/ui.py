@@ -35,8 +35,6 @@ from commands.metrics import COUNTERS
 from ledger.audit.render import ON_PAGE, anchor, render, render_page
 from ledger.errors import LedgerError
 
-#: chats a search reads the messages of at most (title matches need none); the page says when it stopped
-SEARCH_SCAN = 500
 #: rows a chat list shows at most
 LIST_LIMIT = 200
 EXPLAIN = ("tool_call", "queued_message", "turn")
@@ -173,19 +171,6 @@ def home(principal: Principal) -> Response[Any]:
     return Redirect(f"/ui/orgs/{principal.org}/chats", status_code=303)
 
 
-def _matches(svc: Any, row: dict[str, Any], needle: str) -> bool | None:
-    """Whether a chat's title or a message's text holds ``needle`` (None: its messages were not read)."""
-    if needle in (row.get("title") or "").lower():
-        return True
-    from commands.queries import chat_events
-    from ledger.chat.views import message_rows
-
-    for m in message_rows(chat_events(svc.app, UUID(row["chat_id"]))):
-        if any(needle in (p.get("text") or "").lower() for p in m["parts"] if p["type"] in ("text", "reasoning")):
-            return True
-    return False
-
-
 @get("/orgs/{org:uuid}/chats", include_in_schema=False, sync_to_thread=True, dependencies=dependencies)
 def chats(org: UUID, principal: Principal, state: State,
           status: str | None = Parameter(default=None, pattern=STATUSES + "|^$"),
@@ -195,24 +180,18 @@ def chats(org: UUID, principal: Principal, state: State,
     head = svc.app.head()
     if status:
         where["status"] = status
-    backend = views.catch_up_views(svc.app, svc.ledger.backend, ("chat_views",))
+    backend = views.catch_up_views(svc.app, svc.ledger.backend, ("chat_views", "search") if q else ("chat_views",))
     rows = views.query(backend, "chat_views", "chat_status", where, order_by=["updated_at", "chat_id"])[::-1]
-    needle = (q or "").strip().lower()
-    scanned, shown = 0, []
-    for row in rows:
-        if len(shown) == LIST_LIMIT:
-            break
-        if needle:
-            if needle not in (row.get("title") or "").lower():
-                if scanned == SEARCH_SCAN:
-                    continue
-                scanned += 1
-            if not _matches(svc, row, needle):
-                continue
-        shown.append(row)
+    total = len(rows)
+    if q and q.strip():  # the search view: titles, messages, tool calls and results, queued prompts, errors
+        from commands.search import MAX_LIMIT, search
+
+        scope = {k: v for k, v in where.items() if k in ("organization_id", "owner_id")}
+        found = {h.chat_id for h in search(backend, q, scope=scope, limit=MAX_LIMIT).hits}
+        rows = [r for r in rows if r["chat_id"] in found]
+    shown = rows[:LIST_LIMIT]
     return page("ui_chats.html", principal, org=str(org), rows=shown, status=status or "", q=q or "",
-                statuses=STATUSES.strip("^$()").split("|"), total=len(rows), limit=LIST_LIMIT, scan=SEARCH_SCAN,
-                scan_stopped=bool(needle) and scanned == SEARCH_SCAN,
+                statuses=STATUSES.strip("^$()").split("|"), total=total, limit=LIST_LIMIT,
                 live={"stream": f"/v1/events/stream?org={org}&after={head}", "types": _live_types(chat_only=True)})
 
 
