@@ -78,13 +78,21 @@ def _executions(app: Any, head: int, ids: list[UUID]) -> dict[UUID, _Execution]:
     id — its execution moved, ``ledger.streams`` — is looked up on its own)."""
     out: dict[UUID, _Execution] = {}
     moved: list[UUID] = []
+    unreadable: set[UUID] = set()  # (an execution whose events cannot be decoded: its own stream's check names
+    # the event; nothing is concluded from it here)
     for n in scan(app, head, ids):
         sid = n.originator_id if isinstance(n.originator_id, UUID) else UUID(str(n.originator_id))
         if n.originator_version == 1 and n.topic != tev.ToolCallExecutionOpened.TOPIC:
             moved.append(sid)
-        if sid in moved:
+        if sid in moved or sid in unreadable:
             continue
-        _fold(out.setdefault(sid, _Execution()), sid, app.mapper.to_domain_event(n))
+        try:
+            event = app.mapper.to_domain_event(n)
+        except Exception:  # noqa: BLE001 - any broken payload
+            unreadable.add(sid)
+            out.pop(sid, None)
+            continue
+        _fold(out.setdefault(sid, _Execution()), sid, event)
     for natural in moved:
         from commands.toolcalls import load_execution
 

@@ -30,12 +30,14 @@ def export_lines(app: Any, since: int = 0) -> Iterator[bytes]:
     (msgpack, compressed or encrypted) is kept as ``b64``. Both give back the exact stored bytes. ``prev``
     is the notification id of the event exported before this one (``since`` for the first): notification
     ids may skip numbers (a PostgreSQL sequence does, after a rolled-back insert), so a line missing from
-    the file shows only through ``prev``. ``hash`` is the event's stored chain hash (hex; absent when the
-    event has none: recorded before hash chains)."""
+    the file shows only through ``prev``. ``hash`` is the event's chain hash (hex), on every line: the stored
+    one, or, for an event recorded before hash chains, the one the import will record (a version 2 line without
+    one is refused by ``import``: a line stripped of its hash is an edited line)."""
     enc = msgspec.json.Encoder()
     head = app.head()
     yield enc.encode({"format": EXPORT_FORMAT, "version": EXPORT_VERSION, "since": since, "head": head})
     prev = since
+    heads: dict[Any, bytes | None] = {}  # each stream's last hash (for events stored without one)
     for n in scan(app, head, after=since, by_notification=True):
         line: dict[str, Any] = {"id": n.id, "prev": prev, "stream": str(_uuid(n.originator_id)),
                                 "version": n.originator_version, "topic": n.topic}
@@ -50,8 +52,11 @@ def export_lines(app: Any, since: int = 0) -> Iterator[bytes]:
             line["json"] = text
         else:
             line["b64"] = base64.b64encode(data).decode("ascii")
-        if n.chain_hash is not None:
-            line["hash"] = n.chain_hash.hex()
+        h = n.chain_hash if n.chain_hash is not None else link(heads.get(n.originator_id), n.topic,
+                                                                n.originator_version, data)
+        heads[n.originator_id] = h
+        if h is not None:
+            line["hash"] = h.hex()
         prev = n.id
         yield enc.encode(line)
 
@@ -79,7 +84,7 @@ def invalid_export(number: int | None, reason: str) -> LedgerError:
     return LedgerError("invalid_export", f"{where}{reason}; nothing was imported")
 
 
-def import_lines(app: Any, lines: Any, on_validated: Any = None) -> int:
+def import_lines(app: Any, lines: Any, on_validated: Any = None, unverified: bool = False) -> int:
     """Record an export into an empty database, whole or not at all (same streams, versions, order, topics
     and payload bytes; notification ids are assigned anew, in the same order).
 
@@ -95,18 +100,45 @@ def import_lines(app: Any, lines: Any, on_validated: Any = None) -> int:
     (through the application's mapper, as every later read will); its stream's versions do not run 1, 2,
     3, ... (a gap, a repeat, version 0, -1 or huge); a stream starts with anything but a creation event, or
     a creation event comes later; notification ids do not increase; ``prev`` does not name the line
-    before (a missing line); or the file ends before the header's ``head`` (a truncated file).
-    ``on_validated(count)`` is called between the passes."""
+    before (a missing line); or the file ends before the header's ``head`` (a truncated file). A version 2
+    line without its ``hash`` is refused (every exported line has one). A version 1 export (no hashes at
+    all: nothing proves its lines) is refused unless ``unverified``; then the same transaction records
+    ``ImportedWithoutProof`` naming every stream it created (``ledger.imports``), which ``events verify``
+    reports. ``on_validated(count)`` is called between the passes."""
     import tempfile
 
     if app.head() != 0:  # fail fast; checked again, under the write lock, before anything is recorded
         raise LedgerError("database_not_empty", "events import needs an empty database (it has events)")
     with tempfile.TemporaryFile() as spool:
-        count = _validate(app, lines, spool)
+        count, version, streams = _validate(app, lines, spool, unverified)
+        if version == 1:
+            _spool(spool, _mark(app, streams, count, version))
         if on_validated is not None:
             on_validated(count)
         spool.seek(0)
-        return _record(app, _spooled(spool))
+        return _record(app, _spooled(spool)) - (version == 1)
+
+
+def _mark(app: Any, streams: list[UUID], count: int, version: int) -> StoredEvent:
+    """The record of an import without proof, as the stored event the import's transaction inserts last."""
+    from uuid import uuid4
+
+    from commands.uow import utcnow
+    from ledger.base import Emitter
+    from ledger.imports import IMPORT_TOPIC, ImportedWithoutProof
+
+    now = utcnow()
+    em = Emitter(uuid4(), 0, now)
+    em.emit(ImportedWithoutProof, originator_topic=IMPORT_TOPIC, streams=streams, events=count,
+            export_version=version, at=now)
+    return app.mapper.to_stored_event(em.events[0])
+
+
+def _spool(spool: Any, stored: StoredEvent) -> None:
+    record = _record_encoder.encode((_uuid(stored.originator_id).bytes, stored.originator_version, stored.topic,
+                                     bytes(stored.state)))
+    spool.write(_LENGTH.pack(len(record)))
+    spool.write(record)
 
 
 _MAX_VERSION = 2 ** 63 - 1
@@ -115,7 +147,8 @@ _record_decoder = msgspec.msgpack.Decoder(tuple[bytes, int, str, bytes])
 _LENGTH = struct.Struct("<I")
 
 
-def _validate(app: Any, lines: Any, spool: Any) -> int:
+def _validate(app: Any, lines: Any, spool: Any, unverified: bool = False) -> tuple[int, int, list[UUID]]:
+    """Check every line and spool its event; (events, the export's version, the streams in order)."""
     from ledger.base import LedgerCreated
 
     decoder = msgspec.json.Decoder(_Line)
@@ -134,6 +167,10 @@ def _validate(app: Any, lines: Any, spool: Any) -> int:
         if header is None:
             header = _header(number, raw)
             last_id = header.since
+            if header.version == 1 and not unverified:
+                raise invalid_export(number, "a version 1 export carries no hashes: nothing proves its lines were "
+                                             "not edited. Import it with --unverified to record its streams as "
+                                             "imported without proof (events verify then reports them so)")
             continue
         try:
             line = decoder.decode(raw)
@@ -152,6 +189,9 @@ def _validate(app: Any, lines: Any, spool: Any) -> int:
         if not chained and line.prev is not None:
             raise invalid_export(number, "prev is given here but not on the first event line")
         last_id = line.id
+        if line.hash is None and header.version >= 2:
+            raise invalid_export(number, f"stream {line.stream} version {line.version} has no hash: every line of "
+                                         f"a version {header.version} export carries one (was the line edited?)")
         expected = versions.get(line.stream, 0) + 1
         if line.version != expected:
             if 1 <= line.version < expected:
@@ -185,16 +225,14 @@ def _validate(app: Any, lines: Any, spool: Any) -> int:
             raise invalid_export(number, f"stream {line.stream} starts with {line.topic}, not with a creation event")
         versions[line.stream] = line.version
         chains[line.stream] = _chained(number, line, data, chains.get(line.stream))
-        record = _record_encoder.encode((line.stream.bytes, line.version, line.topic, data))
-        spool.write(_LENGTH.pack(len(record)))
-        spool.write(record)
+        _spool(spool, stored)
         count += 1
     if header is None:
         raise invalid_export(None, "empty file: no export header")
     if header.head is not None and last_id < header.head:
         raise invalid_export(number, f"the file ends at notification {last_id}, but its header says the export "
                                      f"holds the events up to {header.head}: it is truncated")
-    return count
+    return count, header.version, list(versions)
 
 
 def _chained(number: int, line: _Line, data: bytes, prev: bytes | None) -> bytes | None:

@@ -6,3 +6,4 @@ import ledger.catalog.aggregate  # noqa: F401
 import ledger.chat.aggregate  # noqa: F401
 import ledger.conversation.aggregate  # noqa: F401
 import ledger.toolcalls.aggregate  # noqa: F401
+import ledger.imports  # noqa: F401

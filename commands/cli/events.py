@@ -40,8 +40,11 @@ def events_verify(c: Ctx, as_json: bool, no_projections: bool, decisions: bool) 
             where = f" notification {a['notification_id']}" if a.get("notification_id") else ""
             click.echo(f"  stream {a['stream_id']} version {a['version']}{where}: [{a['check']}] {a['reason']}")
         ch = report["chain"]
-        click.echo(f"  chain: {ch['streams'] - ch['broken'] - ch['unhashed']} of {ch['streams']} streams linked, "
-                   f"{ch['broken']} broken, {ch['unhashed']} unhashed; digest {ch['digest']}")
+        unproven = len(ch["unproven"])
+        click.echo(f"  chain: {ch['streams'] - ch['broken'] - ch['unhashed'] - unproven} of {ch['streams']} streams "
+                   f"linked, {ch['broken']} broken, {ch['unhashed']} unhashed"
+                   + (f", {unproven} imported without proof (events import --unverified: nothing proves their "
+                      "history before the import)" if unproven else "") + f"; digest {ch['digest']}")
         for p in report["projections"]:
             click.echo(f"  projection {p['projection']}: {p['result']}"
                        + (f", position {p['position']}, lag {p['lag']}, {p['rows_compared']} rows compared"
@@ -50,7 +53,10 @@ def events_verify(c: Ctx, as_json: bool, no_projections: bool, decisions: bool) 
             d = report["decisions"]
             click.echo("  decisions re-decided: " + (", ".join(f"{n} {k}" for k, n in d["checked"].items()) or "none")
                        + f"; {d['disagreements']} disagreements")
-        click.echo("OK" if report["ok"] else f"FAILED: {len(report['anomalies'])} anomalies")
+        if not report["ok"]:
+            click.echo(f"FAILED: {len(report['anomalies'])} anomalies")
+        else:
+            click.echo(f"OK, but {len(ch['unproven'])} streams were imported without proof" if ch["unproven"] else "OK")
     sys.exit(0 if report["ok"] else 1)
 
 
@@ -85,14 +91,17 @@ def events_export(c: Ctx, since: int, output: Any, as_json: bool) -> None:
 
 @events.command("import")
 @click.argument("file", type=click.File("rb"))
+@click.option("--unverified", is_flag=True,
+              help="Import a version 1 export (its lines carry no hashes): its streams are recorded for good as "
+                   "imported without proof, and events verify says so.")
 @json_option('Print the result as JSON ({"imported": N}).')
 @pass_ctx
-def events_import(c: Ctx, file: Any, as_json: bool) -> None:
+def events_import(c: Ctx, file: Any, unverified: bool, as_json: bool) -> None:
     """Record an export (FILE or - for stdin) into an empty database: every line is checked first, then
     the whole file is recorded in one transaction (all of it or nothing)."""
     said = (lambda count: click.echo(f"validated {count} events; recording them in one transaction", err=True)) \
         if sys.stderr.isatty() else None  # long work talks on a terminal only
-    n = import_lines(c.app, file, on_validated=said)
+    n = import_lines(c.app, file, on_validated=said, unverified=unverified)
     if as_json:
         emit_json({"imported": n})
     else:

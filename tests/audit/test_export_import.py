@@ -104,5 +104,5 @@ def test_import_rejects_bad_files(db_url, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"not": "an export"}\n')
     assert "error: invalid_export:" in cli(db_url, "events", "import", str(bad), code=1).output
-    bad.write_text('{"format": "chat-ledger-events", "version": 1}\n{"id": 1, "stream": "x"}\n')
+    bad.write_text('{"format": "chat-ledger-events", "version": 2}\n{"id": 1, "stream": "x"}\n')
     assert "error: invalid_export: line 2" in cli(db_url, "events", "import", str(bad), code=1).output

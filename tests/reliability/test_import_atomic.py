@@ -361,6 +361,9 @@ CORRUPTIONS: dict[str, Corruption] = {
     "header of another version": _header(b'{"format": "chat-ledger-events", "version": 3}',
                                          "unsupported export version 3"),
     "hash changed": _field(_middle, "is not the chain hash", hash="00" * 32),
+    "hash stripped": _field(_middle, "has no hash", hash=None),
+    "a version 1 header (no hashes: edited lines could not be told)": _header(
+        b'{"format": "chat-ledger-events", "version": 1}', "Import it with --unverified"),
     "payload edited under its hash": _replace(_middle_json, _edited_payload, "is not the chain hash"),
     "events of a stream swapped": _swapped_in_stream,
     "partial export": _header(b'{"format": "chat-ledger-events", "version": 1, "since": 5, "head": 9}',

@@ -16,6 +16,8 @@ from ledger.chain import GENESIS, check_stream, link
 from ledger.store import open_app
 from tests.audit.kit import cli
 from tests.catalog.kit import ALICE, ORG, org_with, run
+from psycopg import sql
+
 from tests.store.rawdb import RawDB
 
 
@@ -166,19 +168,32 @@ def test_init_links_an_old_ledger_and_rehash_never_rewrites_a_broken_chain(db_ur
     assert "broken chain" in cli(db_url, "events", "rehash", code=1).output
 
 
-def test_an_export_of_version_1_without_hashes_imports(db_url, tmp_path):
+def test_an_export_without_hashes_imports_only_unverified_and_stays_marked(db_url, tmp_path):
+    """A version 1 export (no hashes) cannot prove its lines: it is refused, unless --unverified; then its streams
+    are recorded, in the import's transaction, as imported without proof, and verify never calls them linked.
+    A version 2 line stripped of its hash is refused, naming the line."""
     a, b, head = _paris(db_url)
     lines = cli(db_url, "events", "export").stdout.splitlines()
     header = json.loads(lines[0])
-    old = [json.dumps({**header, "version": 1})] + [json.dumps({k: v for k, v in json.loads(line).items()
-                                                                 if k != "hash"}) for line in lines[1:]]
-    path = tmp_path / "v1.jsonl"
-    path.write_text("\n".join(old) + "\n")
+    stripped = [json.dumps({k: v for k, v in json.loads(line).items() if k != "hash"}) for line in lines[1:]]
     copy = db_url.replace("ledger.db", "copy.db") if db_url.startswith("sqlite") else None
     if copy is None:
         pytest.skip("one backend is enough for the file format")
-    cli(copy, "events", "import", str(path))
-    assert _verify(copy, 0)["chain"]["digest"] == _verify(db_url, 0)["chain"]["digest"]
+    v2 = tmp_path / "v2-stripped.jsonl"
+    v2.write_text("\n".join([lines[0], *stripped]) + "\n")
+    assert "error: invalid_export: line 2: " in cli(copy, "events", "import", str(v2), code=1).output
+    v1 = tmp_path / "v1.jsonl"
+    v1.write_text("\n".join([json.dumps({**header, "version": 1}), *stripped]) + "\n")
+    refused = cli(copy, "events", "import", str(v1), code=1).output
+    assert "invalid_export: line 1" in refused and "--unverified" in refused
+    assert f"imported {len(stripped)} events" in cli(copy, "events", "import", "--unverified", str(v1)).output
+    report = _verify(copy, 0)
+    assert sorted(report["chain"]["unproven"]) == sorted({json.loads(line)["stream"] for line in stripped})
+    text = cli(copy, "events", "verify", "--no-projections").output
+    assert "imported without proof" in text and "OK, but" in text
+    streams, unproven = report["chain"]["streams"], len(report["chain"]["unproven"])
+    assert f"{streams - unproven} of {streams} streams linked" in text and unproven == streams - 1  # (the mark: linked)
+    assert report["chain"]["digest"] != _verify(db_url, 0)["chain"]["digest"]  # the mark is in the log
 
 
 _events = st.lists(st.tuples(st.sampled_from(["chat-ledger:chat.A", "chat-ledger:chat.Bé", "x"]),
@@ -248,3 +263,27 @@ def test_the_audit_page_and_explain_turn_show_the_chain(db_url, tmp_path):
     cli(db_url, "audit", str(a), "--html", str(page))
     assert f"chain broken at version {version}:" in page.read_text()
     assert f"chain broken at version {version}:" in cli(db_url, "audit", str(a)).output
+
+
+def test_verify_names_corrupt_rows_and_never_crashes(db_url):
+    """A payload written as text (SQLite keeps what it is given), one that does not decode, and a version gap:
+    verify names each stream and version and what is wrong, and exits 1 — it does not fail itself."""
+    a, b, head = _paris(db_url)
+    raw = RawDB(db_url)
+    if raw.backend == "sqlite":
+        con = raw._sqlite()
+        con.execute("UPDATE stored_events SET state = 'now text' WHERE originator_id IN (?, ?) AND "
+                    "originator_version = 2", (a.hex, str(a)))
+        con.commit()
+        con.close()
+        wrong = "stored as text"
+    else:
+        with raw._pg() as conn:
+            conn.execute(sql.SQL("UPDATE {} SET state = %s WHERE originator_id = %s AND originator_version = 2").format(
+                sql.Identifier(raw.db.schema, "chatledger_events")), (b"\x00garbage", a))
+        wrong = ""
+    report = _verify(db_url, 1)
+    decode = [x for x in report["anomalies"] if x["check"] == "decode"]
+    assert [(x["stream_id"], x["version"]) for x in decode] == [(str(a), 2)] and wrong in decode[0]["reason"]
+    text = cli(db_url, "events", "verify", code=1).output
+    assert f"stream {a} version 2" in text and "FAILED" in text and "internal_error" not in text
