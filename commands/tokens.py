@@ -92,12 +92,43 @@ def revoke_token(app: Any, token_id: UUID, revoked_by: UUID | None = None) -> di
     return run(app, work)
 
 
+#: how long a rotated token keeps working beside its replacement, unless asked otherwise
+DEFAULT_OVERLAP = timedelta(minutes=10)
+
+
+def rotate_token(app: Any, token_id: UUID, *, overlap: timedelta = DEFAULT_OVERLAP,
+                 expires_in: timedelta = DEFAULT_TTL, issued_by: UUID | None = None) -> dict[str, Any]:
+    """Issue a new token for the same user, organization, role and deployment role, and let the old one work
+    only ``overlap`` more (both recorded in one transaction). The new row, with its ``secret`` (shown once)
+    and ``replaces``/``old_expires_at``."""
+    if expires_in > MAX_TTL:
+        raise LedgerError("invalid_command", f"a token lives at most {MAX_TTL.days} days")
+    secret = SECRET_PREFIX + secrets.token_urlsafe(32)
+    new_id = uuid4()
+
+    def work(uow: UnitOfWork) -> dict[str, Any]:
+        old = uow.get(token_id)
+        if old is None or not isinstance(old, ApiToken):
+            raise LedgerError("token_not_found", "token not found")
+        s = old.state
+        uow.record(old, decide.rotate(s, Emitter(token_id, old.version, uow.now, actor=issued_by),
+                                      replaced_by=new_id, expires_at=uow.now + overlap, at=uow.now))
+        events = decide.issue(None, Emitter(new_id, 0, uow.now, actor=issued_by), hash=secret_hash(secret),
+                              user=s.user, org=s.org, role=s.role, deployment_admin=s.deployment_admin,
+                              issued_by=issued_by, at=uow.now, expires_at=uow.now + expires_in)
+        new = uow.create(ApiToken, events)
+        return {**token_row(new.state), "secret": secret, "replaces": str(token_id),
+                "old_expires_at": old.state.expires_at.isoformat()}
+
+    return run(app, work)
+
+
 def _token_events(app: Any, after: int, limit: int = 1000) -> list[Any]:
     """Token events and what ends a member's tokens (a catalog's start names its organization)."""
     from ledger.catalog import events as cev
 
     return app.recorder.select_notifications(start=after, limit=limit, inclusive_of_start=False,
-                                             topics=[ev.TokenIssued.TOPIC, ev.TokenRevoked.TOPIC,
+                                             topics=[ev.TokenIssued.TOPIC, ev.TokenRevoked.TOPIC, ev.TokenRotated.TOPIC,
                                                      cev.CatalogStarted.TOPIC, cev.MemberRemoved.TOPIC])
 
 

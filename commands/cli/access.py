@@ -15,7 +15,7 @@ TOKEN_COLUMNS = ("token_id", "user", "org", "role", "deployment_admin", "issued_
 
 @click.group()
 def tokens() -> None:
-    """API tokens of the ledger service: issue (shown once), list, revoke."""
+    """API tokens of the ledger service: issue (shown once), list, rotate, revoke."""
 
 
 @tokens.command("create")
@@ -73,6 +73,28 @@ def tokens_revoke(c: Ctx, token_id: str, as_json: bool) -> None:
         emit_json(row)
     else:
         click.echo(f"token {row['token_id']} revoked at {row['revoked_at']}")
+
+
+@tokens.command("rotate")
+@click.argument("token_id")
+@click.option("--overlap", default="10m", show_default=True, metavar="DURATION",
+              help="How long the old token keeps working beside the new one (never past its own expiry).")
+@click.option("--expires-in", "expires_in", default="90d", show_default=True, metavar="DURATION",
+              help="How long the new token lives (at most 365d).")
+@json_option("Print the new token (with its secret) as JSON.")
+@pass_ctx
+def tokens_rotate(c: Ctx, token_id: str, overlap: str, expires_in: str, as_json: bool) -> None:
+    """Replace a token with a new secret for the same user and role; the old one works for --overlap more."""
+    from commands.tokens import parse_duration, rotate_token
+
+    row = rotate_token(c.app, c.stream_id(token_id), overlap=parse_duration(overlap),
+                       expires_in=parse_duration(expires_in))
+    if as_json:
+        emit_json(row)
+        return
+    click.echo(f"token {row['token_id']} replaces {row['replaces']} (which works until {row['old_expires_at']}); "
+               f"expires {row['expires_at']}")
+    click.echo(f"secret (shown once; send it as `Authorization: Bearer <secret>`): {row['secret']}")
 
 
 @click.command()

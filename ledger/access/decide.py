@@ -48,3 +48,17 @@ def revoke(state: TokenState | None, em: Emitter, *, revoked_by: UUID | None, at
         return []
     em.emit(ev.TokenRevoked, token_id=state.token_id, revoked_by=revoked_by, at=at)
     return em.events
+
+
+def rotate(state: TokenState | None, em: Emitter, *, replaced_by: UUID, expires_at: datetime, at: datetime) -> list[Any]:
+    """Replace the token: it works until ``expires_at`` (the overlap; never later than it would have), then the
+    new one alone. A revoked, expired or already replaced token is not rotated."""
+    if state is None:
+        raise LedgerError("token_not_found", "token not found")
+    if state.revoked or state.replaced_by is not None or (state.expires_at is not None and state.expires_at <= at):
+        why = "revoked" if state.revoked else "already replaced" if state.replaced_by else "expired"
+        raise LedgerError("invalid_command", f"token {state.token_id} is {why}: issue a new one (tokens create)")
+    if state.expires_at is not None:
+        expires_at = min(expires_at, state.expires_at)
+    em.emit(ev.TokenRotated, token_id=state.token_id, replaced_by=replaced_by, expires_at=expires_at, at=at)
+    return em.events

@@ -40,3 +40,14 @@ class TokenRevoked(LedgerEvent):
     token_id: UUID
     revoked_by: UUID | None
     at: datetime
+
+
+class TokenRotated(LedgerEvent):
+    """The token was replaced by ``replaced_by`` (a new secret for the same user, organization and role): it
+    keeps working until ``expires_at``, the overlap its holders have to switch."""
+
+    TOPIC = "chat-ledger:access.TokenRotated"
+    token_id: UUID
+    replaced_by: UUID
+    expires_at: datetime
+    at: datetime

@@ -23,6 +23,7 @@ class TokenState(msgspec.Struct, kw_only=True):
     expires_at: datetime | None = None
     revoked_at: datetime | None = None
     revoked_by: UUID | None = None
+    replaced_by: UUID | None = None
     version: int = 0
 
     @property
@@ -38,6 +39,9 @@ def evolve(state: TokenState | None, event: Any) -> TokenState:
     elif isinstance(event, ev.TokenRevoked):
         assert state is not None
         state.revoked_at, state.revoked_by = event.at, event.revoked_by
+    elif isinstance(event, ev.TokenRotated):
+        assert state is not None
+        state.expires_at, state.replaced_by = event.expires_at, event.replaced_by
     else:  # pragma: no cover - the stream holds token events only
         raise TypeError(f"not a token event: {type(event).__name__}")
     state.version = event.originator_version
@@ -51,5 +55,6 @@ def token_row(state: TokenState) -> dict[str, Any]:
             "deployment_admin": state.deployment_admin,
             "issued_by": str(state.issued_by) if state.issued_by else None,
             "issued_at": state.issued_at.isoformat(),
-            "expires_at": state.expires_at.isoformat() if state.expires_at else None, "revoked": state.revoked,
+            "expires_at": state.expires_at.isoformat() if state.expires_at else None,
+            "replaced_by": str(state.replaced_by) if state.replaced_by else None, "revoked": state.revoked,
             "revoked_at": state.revoked_at.isoformat() if state.revoked_at else None}

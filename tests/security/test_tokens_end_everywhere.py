@@ -154,3 +154,25 @@ def test_a_token_ends_at_its_expiry_and_its_stream_with_it(world, db_url):
         assert [r["ended"] for r in listed if r["token_id"] == row["token_id"]] == ["token_expired"]
     finally:
         stream.close()
+
+
+def test_a_rotated_token_works_for_its_overlap_then_only_the_new_one(world, db_url):
+    old_id = token_id_of(db_url, ALICE, "member")
+    new = json.loads(cli(db_url, "tokens", "rotate", old_id, "--overlap", "4s", "--json"))
+    assert new["replaces"] == old_id and new["user"] == ALICE and new["role"] == "member" and new["org"] == ORG
+    with world.server.client(new["secret"]) as c:
+        assert c.get("/v1/chats").status_code == 200
+    wait_for(lambda: _code(world, world.secrets["alice"]) == "token_expired", "the old token ends after its overlap")
+    with world.server.client(new["secret"]) as c:
+        assert c.get("/v1/chats").status_code == 200
+    listed = {r["token_id"]: r for r in map(json.loads, cli(db_url, "tokens", "list", "--json").splitlines())}
+    assert listed[old_id]["replaced_by"] == new["token_id"] and listed[old_id]["ended"] == "token_expired"
+    out = subprocess.run([sys.executable, "-m", "commands.cli.main", "--db", db_url, "tokens", "rotate", old_id],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "invalid_command" in out.stderr  # an ended token is not rotated again
+
+
+def _code(world: Any, secret: str) -> str | None:
+    with world.server.client(secret) as c:
+        r = c.get("/v1/chats")
+        return None if r.status_code == 200 else r.json()["error"]["code"]
