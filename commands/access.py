@@ -40,6 +40,8 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "missing_token": (401, "no `Authorization: Bearer <token>` header"),
     "invalid_token": (401, "the token is not one this ledger issued"),
     "token_revoked": (401, "the token was revoked"),
+    "session_ended": (401, "the web session was ended (logged out): sign in again"),
+    "session_expired": (401, "the web session is past its absolute or idle end: sign in again"),
     "token_expired": (401, "the token expired (tokens create --expires-in; a new token is needed)"),
     # (also the ledger's refusal of a chat for a non-member: "You are not a member of the specified organization.")
     "not_organization_member": (403, "the token's user is no longer a member of the organization it was issued "

@@ -94,6 +94,39 @@ def revoke_token(app: Any, token_id: UUID, revoked_by: UUID | None = None) -> di
 
 #: how long a rotated token keeps working beside its replacement, unless asked otherwise
 DEFAULT_OVERLAP = timedelta(minutes=10)
+#: a web session's absolute life, and how long it may go unused on a server (docs/server.md, "Web pages")
+SESSION_LIFETIME = timedelta(hours=12)
+SESSION_IDLE = timedelta(minutes=30)
+
+
+def start_session(app: Any, token_id: UUID, *, lifetime: timedelta = SESSION_LIFETIME,
+                  idle: timedelta = SESSION_IDLE) -> str:
+    """Open a web session of the token (recorded on its stream as ``SessionStarted`` with the secret's hash);
+    the session's secret, for the cookie (the token's secret never is one)."""
+    secret = secrets.token_urlsafe(32)
+
+    def work(uow: UnitOfWork) -> None:
+        agg = uow.get(token_id)
+        if agg is None or not isinstance(agg, ApiToken):
+            raise LedgerError("token_not_found", "token not found")
+        uow.record(agg, decide.start_session(agg.state, Emitter(token_id, agg.version, uow.now, actor=agg.state.user),
+                                             session=secret_hash(secret), expires_at=uow.now + lifetime,
+                                             idle_seconds=int(idle.total_seconds()), at=uow.now))
+
+    run(app, work)
+    return secret
+
+
+def end_session(app: Any, token_id: UUID, session: str) -> None:
+    """End the session whose secret's hash is ``session`` (recorded ``SessionEnded``)."""
+
+    def work(uow: UnitOfWork) -> None:
+        agg = uow.get(token_id)
+        if agg is not None and isinstance(agg, ApiToken):
+            uow.record(agg, decide.end_session(agg.state, Emitter(token_id, agg.version, uow.now,
+                                                                  actor=agg.state.user), session=session, at=uow.now))
+
+    run(app, work)
 
 
 def rotate_token(app: Any, token_id: UUID, *, overlap: timedelta = DEFAULT_OVERLAP,
@@ -129,6 +162,7 @@ def _token_events(app: Any, after: int, limit: int = 1000) -> list[Any]:
 
     return app.recorder.select_notifications(start=after, limit=limit, inclusive_of_start=False,
                                              topics=[ev.TokenIssued.TOPIC, ev.TokenRevoked.TOPIC, ev.TokenRotated.TOPIC,
+                                                     ev.SessionStarted.TOPIC, ev.SessionEnded.TOPIC,
                                                      cev.CatalogStarted.TOPIC, cev.MemberRemoved.TOPIC])
 
 
@@ -149,6 +183,7 @@ class TokenIndex:
         self._issued: dict[UUID, int] = {}  # token id -> the notification that issued it
         self._removed: dict[tuple[UUID, UUID], int] = {}  # (organization, user) -> their last removal's notification
         self._orgs: dict[UUID, UUID] = {}  # catalog stream id -> its organization
+        self._sessions: dict[str, UUID] = {}  # a session secret's hash -> its token
         self._position = 0
         self._checked = 0.0
         self._began = -1.0  # when the last look at the log began
@@ -190,6 +225,8 @@ class TokenIndex:
                     state = evolve(self._by_id.get(event.originator_id), event)
                     self._by_id[state.token_id] = self._by_hash[state.hash] = state
                     self._issued.setdefault(state.token_id, n.id)
+                    if kind == "SessionStarted":
+                        self._sessions[event.session] = state.token_id
                 self._position = n.id
             if len(notes) < 1000:
                 break
@@ -204,6 +241,25 @@ class TokenIndex:
         if state.org is not None and self._removed.get((state.org, state.user), -1) > self._issued.get(state.token_id, 0):
             return "not_organization_member"
         return None
+
+    def find_session(self, secret: str) -> tuple[TokenState, str] | None:
+        """The token and session hash of a session's ``secret`` (the log is read when it is not known or the
+        last look is older than ``REFRESH_SECONDS``), or None."""
+        h = secret_hash(secret)
+        if h not in self._sessions or self.stale:
+            self.refresh()
+        token_id = self._sessions.get(h)
+        return None if token_id is None else (self._by_id[token_id], h)
+
+    def session_refusal(self, state: TokenState, session: str, now: Any = None) -> str | None:
+        """Why a session no longer opens anything (``session_ended``: logged out; ``session_expired``: past its
+        absolute end), or its token's refusal, or None."""
+        info = state.sessions.get(session)
+        if info is None or info.ended_at is not None:
+            return "session_ended"
+        if (now or utcnow()) >= info.expires_at:
+            return "session_expired"
+        return self.refusal(state, now)
 
     def by_id(self, token_id: UUID) -> TokenState | None:
         return self._by_id.get(token_id)

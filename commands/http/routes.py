@@ -46,16 +46,18 @@ def service(state: State) -> Service:
     return state.service  # type: ignore[no-any-return]
 
 
-#: the cookie ``/ui/login`` sets (the token's secret, HttpOnly): accepted instead of the header on ``GET``
-#: only (reads, such as the web page's ``EventSource``), so no other site can make a browser write
-COOKIE = "chat_ledger_token"
+#: the cookie ``/ui/login`` sets: a web session's secret (HttpOnly, SameSite=Strict), never the token's. It is
+#: accepted instead of the header on ``GET`` only (reads, such as the web page's ``EventSource``), so no other
+#: site can make a browser write
+COOKIE = "chat_ledger_session"
 
 
 async def _principal(request: Request[Any, Any, Any]) -> Principal:
     header = request.headers.get("authorization")
+    svc = service(request.app.state)
     if header is None and request.method == "GET" and request.cookies.get(COOKIE):
-        header = f"Bearer {request.cookies[COOKIE]}"
-    return await service(request.app.state).principal_async(header)
+        return await sync_to_thread(svc.session_principal, request.cookies[COOKIE])
+    return await svc.principal_async(header)
 
 
 #: resolved on the event loop from memory (``Service.principal_async``: the index reads the log, in a

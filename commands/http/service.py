@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import msgspec
@@ -71,6 +72,9 @@ class Service:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.follower: Any = None
+        #: web session (hash) -> when this server last saw it used (``time.monotonic``): a session idle on this
+        #: server for its ``idle_seconds`` is ended here
+        self._session_seen: dict[str, float] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -123,6 +127,29 @@ class Service:
         code = self.tokens.refusal(token)
         if code is not None:
             raise refusal(code)
+        return Principal.of(token)
+
+    def session_principal(self, secret: str | None) -> Principal:
+        """The principal of a web session's secret (the cookie ``/ui/login`` sets): refused when there is no
+        such session (``missing_token``, ``invalid_token``), when it ended or expired — absolutely, or idle on
+        this server longer than its ``idle_seconds`` — or when its token no longer authenticates."""
+        if not secret:
+            raise refusal("missing_token")
+        found = self.tokens.find_session(secret)
+        if found is None:
+            raise refusal("invalid_token")
+        token, session = found
+        code = self.tokens.session_refusal(token, session)
+        now = time.monotonic()
+        last = self._session_seen.get(session)
+        if code is None and last is not None and now - last > token.sessions[session].idle_seconds:
+            code = "session_expired"
+        if code is not None:
+            self._session_seen.pop(session, None)
+            raise refusal(code)
+        if len(self._session_seen) > 100_000:
+            self._session_seen.clear()
+        self._session_seen[session] = now
         return Principal.of(token)
 
     async def still_refused(self, p: Principal) -> str | None:

@@ -20,6 +20,7 @@ from urllib.parse import quote, urlencode
 from uuid import UUID
 
 from litestar import Request, Response, Router, get, post
+from litestar.concurrency import sync_to_thread
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.enums import MediaType, RequestEncodingType
@@ -31,6 +32,7 @@ from commands import access, views
 from commands.access import Principal, Resource, check
 from commands.http.routes import COOKIE, STATUSES, service
 from commands.http.service import status_of
+from commands.tokens import end_session, start_session
 from commands.metrics import COUNTERS
 from ledger.audit.render import ON_PAGE, anchor, render, render_page
 from ledger.errors import LedgerError
@@ -48,8 +50,7 @@ def ui_link(kind: str, ident: Any) -> str:
 
 
 async def _cookie_principal(request: Request[Any, Any, Any]) -> Principal:
-    secret = request.cookies.get(COOKIE)
-    return await service(request.app.state).principal_async(f"Bearer {secret}" if secret else None)
+    return await sync_to_thread(service(request.app.state).session_principal, request.cookies.get(COOKIE))
 
 
 #: as the API's (``routes.principal_dependency``): from memory on the event loop, the log in a thread
@@ -120,7 +121,7 @@ def _login_page(request: Request[Any, Any, Any], http_status: int = 200, **conte
     csrf = _csrf_value(request)
     response = page("ui_login.html", None, http_status, csrf=csrf, **context)
     response.set_cookie(CSRF_COOKIE, csrf, path=CSRF_PATH, httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https")
+                        secure=_secure(request))
     return response
 
 
@@ -145,18 +146,47 @@ def login(request: Request[Any, Any, Any], data: dict[str, str] = FORM) -> Respo
                            message="the form was not sent from this site's login page: open it and sign in again")
     svc = service(request.app.state)
     try:
-        svc.principal(f"Bearer {secret}" if secret else None)
+        p = svc.principal(f"Bearer {secret}" if secret else None)
     except LedgerError as e:
         COUNTERS.add("chat_ledger_refusals_total", code=e.code)
         return _login_page(request, 401, next=target, error=e.code, message=e.message)
+    assert p.token_id is not None
+    session = start_session(svc.app, p.token_id)  # a session of its own: the token's secret is never the cookie
     response: Response[Any] = Redirect(target, status_code=303)
-    response.set_cookie(COOKIE, secret, path="/", httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https")
+    response.set_cookie(COOKIE, session, path="/", httponly=True, samesite="strict", secure=_secure(request))
     return response
 
 
-@post("/logout", include_in_schema=False)
-async def logout() -> Response[Any]:
+def _secure(request: Request[Any, Any, Any]) -> bool:
+    """Cookies are ``Secure`` when the page was served over TLS, or a proxy in front says it was
+    (``X-Forwarded-Proto: https``)."""
+    return request.url.scheme == "https" or request.headers.get("x-forwarded-proto", "").lower() == "https"
+
+
+def _same_origin(request: Request[Any, Any, Any]) -> bool:
+    """A form posted from this site's own pages: the browser says so (``Sec-Fetch-Site: same-origin``, or an
+    ``Origin`` naming this host). Another site can make a browser post, but not with these headers."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        return site == "same-origin"
+    origin = request.headers.get("origin")
+    return origin is not None and origin.split("://", 1)[-1] == request.headers.get("host", "")
+
+
+@post("/logout", include_in_schema=False, sync_to_thread=True)
+def logout(request: Request[Any, Any, Any]) -> Response[Any]:
+    """End the web session (recorded ``SessionEnded``: its cookie opens nothing anywhere from then on), for a
+    form posted from this site only (``csrf_origin_mismatch`` otherwise, nothing ended)."""
+    if not _same_origin(request):
+        COUNTERS.add("chat_ledger_refusals_total", code="csrf_origin_mismatch")
+        return page("ui_error.html", None, 403, status=403, code="csrf_origin_mismatch",
+                    message="the logout was not sent from this site's pages: nothing was ended")
+    svc = service(request.app.state)
+    secret = request.cookies.get(COOKIE)
+    found = svc.tokens.find_session(secret) if secret else None
+    if found is not None:
+        end_session(svc.app, found[0].token_id, found[1])
+        svc.tokens.refresh()  # ended here at once (other servers: within the index's 0.1 s)
     response: Response[Any] = Redirect("/ui/login", status_code=303)
     response.delete_cookie(COOKIE, path="/")
     return response

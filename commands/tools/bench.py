@@ -41,7 +41,7 @@ import click
 from commands.tools.bench_kit import _drop, _fresh_url, _sibling
 
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
-KINDS = ("replay", "rebuild", "throughput", "concurrent", "views", "service", "longchat", "chain")
+KINDS = ("replay", "rebuild", "throughput", "concurrent", "views", "service", "longchat", "chain", "search")
 
 
 def _in_child(kind: str, url: str, events: int, *extra: str) -> dict[str, Any]:
@@ -104,6 +104,16 @@ def run_bench(backends: list[str], pg_url: str, rebuild_events: int, small_event
                                 _drop(_sibling(url, tag))
             if "chain" in only:
                 r["chain"] = _chain_cost(backend, pg_url, tmp, throughput_commands)
+            if "search" in only:  # the search view on a ledger of rebuild_events events (commands/tools/bench_search.py)
+                url = _fresh_url(backend, pg_url, tmp)
+                try:
+                    out = subprocess.run([sys.executable, "-m", "commands.tools.bench_search", url,
+                                          str(rebuild_events)], capture_output=True, text=True, check=False)
+                    if out.returncode != 0:
+                        raise RuntimeError(f"bench search failed:\n{out.stderr[-2000:]}")
+                    r["search"] = json.loads(out.stdout.strip().splitlines()[-1])
+                finally:
+                    _drop(url)
             results["backends"][backend] = r
     return results
 
@@ -153,6 +163,14 @@ def _chain_cost(backend: str, pg_url: str, tmp: str, commands: int) -> dict[str,
 def print_table(results: dict[str, Any]) -> None:
     click.echo(f"{'backend':<9} {'measure':<34} {'figure':>16} {'baseline':>16} {'ratio':>7} {'target':>7}")
     for backend, r in results["backends"].items():
+        if "search" in r:
+            x = r["search"]
+            click.echo(f"{backend:<9} {'search view rebuild, ' + format(x['events'], ',') + ' ev':<34} "
+                       f"{x['rebuild']['events_per_s']:>16,} {x['rebuild']['scan_decode_events_per_s']:>16,} "
+                       f"{x['rebuild']['ratio']:>7.2f} {'>=0.5':>7}")
+            for kind, q in x["queries"].items():
+                click.echo(f"{backend:<9} {'  search API p95 ms, ' + kind:<34} {q['p95_ms']:>16} {'p50 ' + str(q['p50_ms']):>16} "
+                           f"{'':>7} {'<50':>7}")
         if "replay" in r:
             x = r["replay"]
             click.echo(f"{backend:<9} {'replay 10k-event chat (ev/s)':<34} {x['replay_events_per_s']:>16,} "

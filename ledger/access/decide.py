@@ -62,3 +62,26 @@ def rotate(state: TokenState | None, em: Emitter, *, replaced_by: UUID, expires_
         expires_at = min(expires_at, state.expires_at)
     em.emit(ev.TokenRotated, token_id=state.token_id, replaced_by=replaced_by, expires_at=expires_at, at=at)
     return em.events
+
+
+def start_session(state: TokenState | None, em: Emitter, *, session: str, expires_at: datetime, idle_seconds: int,
+                  at: datetime) -> list[Any]:
+    """A web session of the token (which must authenticate now: the caller checked it), ending at ``expires_at``
+    or, if earlier, with the token."""
+    if state is None:
+        raise LedgerError("token_not_found", "token not found")
+    if not _SHA256.fullmatch(session):
+        raise LedgerError("invalid_command", "a session is named by a lowercase SHA-256 hex digest")
+    if state.expires_at is not None:
+        expires_at = min(expires_at, state.expires_at)
+    em.emit(ev.SessionStarted, token_id=state.token_id, session=session, expires_at=expires_at,
+            idle_seconds=idle_seconds, at=at)
+    return em.events
+
+
+def end_session(state: TokenState | None, em: Emitter, *, session: str, at: datetime) -> list[Any]:
+    """End a session; ending an unknown or ended one records nothing."""
+    if state is None or session not in state.sessions or state.sessions[session].ended_at is not None:
+        return []
+    em.emit(ev.SessionEnded, token_id=state.token_id, session=session, at=at)
+    return em.events

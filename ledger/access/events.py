@@ -51,3 +51,25 @@ class TokenRotated(LedgerEvent):
     replaced_by: UUID
     expires_at: datetime
     at: datetime
+
+
+class SessionStarted(LedgerEvent):
+    """A web session was opened by signing in with the token (``/ui/login``): ``session`` is the SHA-256 of the
+    session's secret (the cookie's value; never recorded), ``expires_at`` its absolute end, ``idle_seconds`` how
+    long it may go unused on a server before that server ends it."""
+
+    TOPIC = "chat-ledger:access.SessionStarted"
+    token_id: UUID
+    session: str
+    expires_at: datetime
+    idle_seconds: int
+    at: datetime
+
+
+class SessionEnded(LedgerEvent):
+    """The session was ended (a logout): its cookie opens nothing from then on."""
+
+    TOPIC = "chat-ledger:access.SessionEnded"
+    token_id: UUID
+    session: str
+    at: datetime

@@ -11,6 +11,13 @@ import msgspec
 from ledger.access import events as ev
 
 
+class SessionInfo(msgspec.Struct, kw_only=True):
+    started_at: datetime
+    expires_at: datetime
+    idle_seconds: int
+    ended_at: datetime | None = None
+
+
 class TokenState(msgspec.Struct, kw_only=True):
     token_id: UUID
     hash: str
@@ -24,6 +31,8 @@ class TokenState(msgspec.Struct, kw_only=True):
     revoked_at: datetime | None = None
     revoked_by: UUID | None = None
     replaced_by: UUID | None = None
+    #: its web sessions, by the SHA-256 of their secret
+    sessions: dict[str, SessionInfo] = msgspec.field(default_factory=dict)
     version: int = 0
 
     @property
@@ -42,6 +51,14 @@ def evolve(state: TokenState | None, event: Any) -> TokenState:
     elif isinstance(event, ev.TokenRotated):
         assert state is not None
         state.expires_at, state.replaced_by = event.expires_at, event.replaced_by
+    elif isinstance(event, ev.SessionStarted):
+        assert state is not None
+        state.sessions[event.session] = SessionInfo(started_at=event.at, expires_at=event.expires_at,
+                                                     idle_seconds=event.idle_seconds)
+    elif isinstance(event, ev.SessionEnded):
+        assert state is not None
+        if event.session in state.sessions:
+            state.sessions[event.session].ended_at = event.at
     else:  # pragma: no cover - the stream holds token events only
         raise TypeError(f"not a token event: {type(event).__name__}")
     state.version = event.originator_version

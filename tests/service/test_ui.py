@@ -22,7 +22,7 @@ from ledger.audit.render import static_link
 from tests.audit.test_audit_page_browser import CHROMIUM, browser
 from tests.catalog.kit import ALICE, M1, ORG, ORG2
 
-COOKIE = "chat_ledger_token"
+COOKIE = "chat_ledger_session"
 CSRF_COOKIE = "chat_ledger_csrf"
 
 
@@ -142,7 +142,7 @@ def test_the_login_form_refuses_a_post_it_did_not_make(world):
         assert c.get("/ui/").status_code == 303  # still signed out
         r = c.post("/ui/login", data={"token": secret, "next": "/ui/", "csrf_token": csrf})
         assert r.status_code == 303 and c.get("/ui/").status_code in (200, 303)
-        assert c.cookies.get(COOKIE) == secret
+        assert c.cookies.get(COOKIE) and c.cookies.get(COOKIE) != secret  # a session's secret, never the token's
     with world.client(None, cookies={CSRF_COOKIE: "x" * 43}) as c:  # a cookie planted without the form
         r = c.post("/ui/login", data={"token": secret, "csrf_token": "y" * 43})
         assert r.status_code == 403
@@ -153,7 +153,7 @@ def test_the_cookie_reads_the_api_but_never_writes(world):
         assert c.get(f"/v1/chats/{world.chat_a}").json()["chat_id"] == world.chat_a  # the page's EventSource
         r = c.post("/v1/commands", json={"type": "set_title", "chat_id": world.chat_a, "title": "forged"})
         assert r.status_code == 401 and r.json()["error"]["code"] == "missing_token"
-        out = c.post("/ui/logout")
+        out = c.post("/ui/logout", headers={"Origin": world.server.base})
         assert out.status_code == 303 and out.headers["location"] == "/ui/login"
         assert c.get("/ui/").status_code == 303 and not c.cookies.get(COOKIE)  # the cookie is gone
     with world.client("admin") as c:
