@@ -245,7 +245,8 @@ def test_every_accepted_value_fits_every_view(db_url: str, app: Any, data: Any) 
                   if not (a["check"] == "invariant" and "after ArchivedSet: invalid execution state Invalid" in a["reason"])]
     assert not unexpected, [(a["check"], a.get("table"), a["reason"][:300]) for a in unexpected[:3]]
     assert {p["projection"]: p["result"] for p in report["projections"]} == {
-        "chat_views": "equal", "conversations": "equal", "org_models": "equal"}
+        "chat_views": "equal", "conversations": "equal", "org_models": "equal",
+        "search": "not checked (no fold known)"}
 
 
 OVER = [
