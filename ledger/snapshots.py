@@ -63,7 +63,8 @@ from ledger.base import TOPICS, DeciderAggregate, _register, fast_project
 from ledger.codec import CodecError, struct_field
 from ledger.chat.aggregate import Chat
 from ledger.chat.index import MessageIndex, fits
-from ledger.chat.state import ChatState, MessageInfo
+from ledger.chat.messageinfo import MessageInfo
+from ledger.chat.state import ChatState
 
 
 class StateSnapshot(DomainEvent):
@@ -251,8 +252,8 @@ class ChatSnapshot(StateSnapshot):
     class_version: ClassVar[int] = 1
     AGGREGATE = Chat
     STATE = ChatHead
-    FOLD_MODULES = ("ledger.chat.evolve", "ledger.chat.state", "ledger.chat.index", "ledger.chat.values",
-                    "ledger.base")
+    FOLD_MODULES = ("ledger.chat.evolve", "ledger.chat.state", "ledger.chat.index", "ledger.chat.messageinfo",
+                    "ledger.chat.values", "ledger.base")
 
     state: ChatHead
 

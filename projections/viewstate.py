@@ -5,14 +5,26 @@ store a stream-wise build folds each stream with."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from projections.errors import ProjectionError
 from projections.rowops import Delete, DeleteWhere, RowOp, Update, UpdateWhere, Upsert
 from projections.schema import JSON, TIMESTAMP, OrderBy, Table, _json_encode, matches, parse_order_by, sort_rows
 
-if TYPE_CHECKING:
-    from projections.engine import Projection
+
+class Folding(Protocol):
+    """What ``MemoryStore`` needs of a projection (``projections.engine.Projection`` has it): its tables, its
+    topics and its per-batch hooks. A protocol, so that this module never imports the engine that re-exports it."""
+
+    tables: Sequence[Table]
+
+    def topic_set(self) -> frozenset[str] | None: ...
+
+    def begin_batch(self) -> None: ...
+
+    def apply(self, event: Any, rows: Any) -> Iterable[RowOp]: ...
+
+    def end_batch(self, rows: Any) -> Iterable[RowOp]: ...
 
 
 # -- the state of a view inside one write transaction ---------------------------------------------
@@ -246,7 +258,7 @@ class MemoryStore:
         t = self.tables[table]
         return sort_rows([dict(r) for r in self.data[table].values()], parse_order_by(t, None))
 
-    def apply(self, projection: Projection, events: Iterable[Any]) -> None:
+    def apply(self, projection: Folding, events: Iterable[Any]) -> None:
         state = ViewState(self.tables, self, check_canonical=True)
         topics = projection.topic_set()
         projection.begin_batch()
@@ -260,7 +272,7 @@ class MemoryStore:
         state.flush()
 
     @classmethod
-    def run(cls, projection: Projection, events: Iterable[Any]) -> dict[str, list[dict[str, Any]]]:
+    def run(cls, projection: Folding, events: Iterable[Any]) -> dict[str, list[dict[str, Any]]]:
         """Every table's rows (in key order) after applying ``events``: a pure oracle for tests."""
         store = cls(projection.tables)
         store.apply(projection, events)

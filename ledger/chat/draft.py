@@ -21,13 +21,11 @@ from ledger.chat.rules import (
     turn_id_for,
     worker_facts,
 )
+from ledger.chat.messageinfo import MessageInfo, ToolCall, message_info
 from ledger.chat.state import (
     MAX_QUEUE_SIZE,
     ChatState,
-    MessageInfo,
-    ToolCall,
     last_assistant_index,
-    message_info,
     outstanding_tool_calls,
 )
 from ledger.chat.values import (

@@ -13,7 +13,8 @@ import msgspec
 
 from ledger.base import remember_idempotency_key
 from ledger.chat import events as ev
-from ledger.chat.state import ChatState, message_info
+from ledger.chat.messageinfo import message_info
+from ledger.chat.state import ChatState
 from ledger.chat.values import Message, edited_prompt
 
 

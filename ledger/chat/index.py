@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
-if TYPE_CHECKING:
-    from ledger.chat.state import MessageInfo
+from ledger.chat.messageinfo import MessageInfo
 
 #: messages per chunk of a new index (a snapshot records its own, so changing it invalidates nothing)
 CHUNK = 128

@@ -23,7 +23,8 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 import msgspec
 
-from ledger.chat.state import ChatState, MessageInfo, active
+from ledger.chat.messageinfo import MessageInfo
+from ledger.chat.state import ChatState, active
 from ledger.chat.values import MessageInput, OfferedTools, ToolResultPart, Usage
 from ledger.errors import LedgerError
 

@@ -29,10 +29,25 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
+def _module_level(body: list[ast.stmt]) -> list[ast.stmt]:
+    """The statements of a module's own scope: its body and, recursively, the bodies of its ``if``/``try``
+    blocks (an ``if TYPE_CHECKING:`` import names a module the code depends on just the same), never a
+    function's or a class's."""
+    out: list[ast.stmt] = []
+    for node in body:
+        out.append(node)
+        if isinstance(node, (ast.If, ast.Try)):
+            for block in (node.body, node.orelse, getattr(node, "finalbody", []),
+                          *(h.body for h in getattr(node, "handlers", []))):
+                out.extend(_module_level(block))
+    return out
+
+
 def _imports(path: Path, top_level_only: bool) -> set[str]:
-    """The project modules ``path`` imports (all of its imports, or only those run when it is imported)."""
+    """The project modules ``path`` imports (all of its imports, or only those of its module scope, including
+    the ones under ``if TYPE_CHECKING:``)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    nodes = _module_level(tree.body) if top_level_only else list(ast.walk(tree))
     names: set[str] = set()
     for node in nodes:
         if isinstance(node, ast.Import):
@@ -113,4 +128,8 @@ def test_the_checks_see_a_wrong_import(tmp_path: Path) -> None:
     bad.write_text("def f():\n    from commands.handler import execute\n", encoding="utf-8")
     assert _imports(bad, top_level_only=False) == {"commands.handler"}
     assert _imports(bad, top_level_only=True) == set()
+    typed = tmp_path / "typed.py"
+    typed.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ledger.chat.state import ChatState\n",
+                     encoding="utf-8")
+    assert _imports(typed, top_level_only=True) == {"ledger.chat.state"}
     assert "commands" not in ALLOWED["ledger"]

@@ -10,7 +10,8 @@ from datetime import datetime, timezone
 from typing import Any
 from uuid import UUID
 
-from ledger.chat.state import ChatState, message_info
+from ledger.chat.messageinfo import message_info
+from ledger.chat.state import ChatState
 from ledger.chat.values import Message, TextPart, ToolCallPart, ToolResultPart, Usage
 
 CHAT = UUID("0c4a7f52-9d1e-4b3a-8e6f-5a2b1c0d9e8f")

@@ -7,7 +7,8 @@ from uuid import UUID
 
 from ledger.catalog.state import CatalogState, DeploymentState
 from ledger.catalog.values import AdminOverride, ModelConfig, ProviderState
-from ledger.chat.state import ChatState, MessageInfo
+from ledger.chat.messageinfo import MessageInfo
+from ledger.chat.state import ChatState
 from ledger.policy.generation import next_action
 from ledger.policy.settings import generation_settings
 

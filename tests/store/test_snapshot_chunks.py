@@ -17,7 +17,8 @@ from commands.handler import command_from_dict, execute
 from ledger.chat import index as chat_index
 from ledger.chat.aggregate import Chat
 from ledger.chat.index import MessageIndex
-from ledger.chat.state import ChatState, MessageInfo
+from ledger.chat.messageinfo import MessageInfo
+from ledger.chat.state import ChatState
 from ledger.snapshots import ChatSnapshot, ChunkLoader, _head_type, chunk_stream, delete_older
 from ledger.store import open_app
 from tests.projections.test_chat_views import ACTIONS, record

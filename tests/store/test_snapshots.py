@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from commands.eventlog_verify import verify
 from ledger.base import fast_project
 from ledger.chat.aggregate import Chat
-from ledger.chat.state import MessageInfo
+from ledger.chat.messageinfo import MessageInfo
 from ledger.snapshots import ChatSnapshot, crossed
 from ledger.store import open_app
 from tests.projections.test_chat_views import ACTIONS, record
