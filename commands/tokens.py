@@ -51,6 +51,21 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(**{_UNITS[m.group(2)]: int(m.group(1))})
 
 
+def _new_secret(expires_in: timedelta) -> str:
+    """A new token secret, for a token that lives ``expires_in`` (``invalid_command`` past ``MAX_TTL``)."""
+    if expires_in > MAX_TTL:
+        raise LedgerError("invalid_command", f"a token lives at most {MAX_TTL.days} days")
+    return SECRET_PREFIX + secrets.token_urlsafe(32)
+
+
+def _token(uow: UnitOfWork, token_id: UUID) -> ApiToken:
+    """The token's aggregate (``token_not_found`` when there is none, or the stream is another kind's)."""
+    agg = uow.get(token_id)
+    if agg is None or not isinstance(agg, ApiToken):
+        raise LedgerError("token_not_found", "token not found")
+    return agg
+
+
 def secret_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -60,9 +75,7 @@ def issue_token(app: Any, *, user: UUID, org: UUID | None = None, role: str | No
                 expires_in: timedelta = DEFAULT_TTL) -> dict[str, Any]:
     """Record a new token, expiring ``expires_in`` from now (at most ``MAX_TTL``); its row with ``secret``
     (shown this once: only its hash is recorded)."""
-    if expires_in > MAX_TTL:
-        raise LedgerError("invalid_command", f"a token lives at most {MAX_TTL.days} days")
-    secret = SECRET_PREFIX + secrets.token_urlsafe(32)
+    secret = _new_secret(expires_in)
     token_id = uuid4()
 
     def work(uow: UnitOfWork) -> dict[str, Any]:
@@ -80,11 +93,8 @@ def revoke_token(app: Any, token_id: UUID, revoked_by: UUID | None = None) -> di
     """Revoke a token (``token_not_found`` when there is none); revoking it again records nothing."""
 
     def work(uow: UnitOfWork) -> dict[str, Any]:
-        agg = uow.get(token_id)
-        if agg is not None and not isinstance(agg, ApiToken):
-            raise LedgerError("token_not_found", "token not found")
-        state = agg.state if agg is not None else None
-        events = decide.revoke(state, Emitter(token_id, agg.version if agg else 0, uow.now, actor=revoked_by),
+        agg = _token(uow, token_id)
+        events = decide.revoke(agg.state, Emitter(token_id, agg.version, uow.now, actor=revoked_by),
                                revoked_by=revoked_by, at=uow.now)
         uow.record(agg, events)
         return token_row(agg.state)
@@ -106,9 +116,7 @@ def start_session(app: Any, token_id: UUID, *, lifetime: timedelta = SESSION_LIF
     secret = secrets.token_urlsafe(32)
 
     def work(uow: UnitOfWork) -> None:
-        agg = uow.get(token_id)
-        if agg is None or not isinstance(agg, ApiToken):
-            raise LedgerError("token_not_found", "token not found")
+        agg = _token(uow, token_id)
         uow.record(agg, decide.start_session(agg.state, Emitter(token_id, agg.version, uow.now, actor=agg.state.user),
                                              session=secret_hash(secret), expires_at=uow.now + lifetime,
                                              idle_seconds=int(idle.total_seconds()), at=uow.now))
@@ -134,15 +142,11 @@ def rotate_token(app: Any, token_id: UUID, *, overlap: timedelta = DEFAULT_OVERL
     """Issue a new token for the same user, organization, role and deployment role, and let the old one work
     only ``overlap`` more (both recorded in one transaction). The new row, with its ``secret`` (shown once)
     and ``replaces``/``old_expires_at``."""
-    if expires_in > MAX_TTL:
-        raise LedgerError("invalid_command", f"a token lives at most {MAX_TTL.days} days")
-    secret = SECRET_PREFIX + secrets.token_urlsafe(32)
+    secret = _new_secret(expires_in)
     new_id = uuid4()
 
     def work(uow: UnitOfWork) -> dict[str, Any]:
-        old = uow.get(token_id)
-        if old is None or not isinstance(old, ApiToken):
-            raise LedgerError("token_not_found", "token not found")
+        old = _token(uow, token_id)
         s = old.state
         uow.record(old, decide.rotate(s, Emitter(token_id, old.version, uow.now, actor=issued_by),
                                       replaced_by=new_id, expires_at=uow.now + overlap, at=uow.now))
@@ -284,6 +288,4 @@ class TokenIndex:
         """The token of ``secret`` when it is known and the log was looked at within ``REFRESH_SECONDS``;
         else None (``find`` must read the log). Never waits for the database: an event loop may ask."""
         state = self._by_hash.get(secret_hash(secret))
-        if state is None or time.monotonic() - self._checked > REFRESH_SECONDS:
-            return None
-        return state
+        return None if state is None or self.stale else state

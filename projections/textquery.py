@@ -82,11 +82,11 @@ class Fragment(NamedTuple):
 def snippet(body: str, highlight: list[str], width: int = 160) -> list[Fragment]:
     """A window of ``body`` around its first highlighted word (about ``width`` characters, cut at spaces),
     as fragments marking each word of ``highlight`` found in it. Plain text: the caller escapes it."""
-    wanted = set(highlight)
-    hits = [m for m in WORD.finditer(body) if m.group().lower() in wanted]
     if not body:
         return []
-    centre = hits[0].start() if hits else 0
+    wanted = set(highlight)
+    first = next((m for m in WORD.finditer(body) if m.group().lower() in wanted), None)  # (a body may be 200k)
+    centre = first.start() if first is not None else 0
     start = max(0, centre - width // 3)
     end = min(len(body), start + width)
     if start > 0:

@@ -152,8 +152,7 @@ async def _follow(watcher: Any, selection: Filter, position: int,
     while True:
         code = await svc.still_refused(principal)
         if code is not None:
-            yield ServerSentEventMessage(event="error", data=encode({"error": {
-                "code": code, "message": access.REFUSALS[code][1] if code in access.REFUSALS else code}}).decode())
+            yield ServerSentEventMessage(event="error", data=encode({"error": access.refusal(code).to_dict()}).decode())
             return
         tail = watcher.since(position)
         if tail is None:
