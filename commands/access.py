@@ -52,6 +52,8 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "read_only_role": (403, "an auditor reads and writes nothing"),
     "deployment_admin_required": (403, "deployment settings, conversations and tokens need a deployment admin"),
     "actor_mismatch": (403, "the command names another user as its actor, creator or owner"),
+    "rate_limited": (429, "the token is over a limit of this server (serve --write-rate, --streams-per-token); "
+                          "try again after Retry-After seconds"),
 }
 
 

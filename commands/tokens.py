@@ -160,13 +160,28 @@ def rotate_token(app: Any, token_id: UUID, *, overlap: timedelta = DEFAULT_OVERL
     return run(app, work)
 
 
+#: seconds between two recorded uses of one token (``TokenUsed``): the precision of ``tokens list``'s last use
+USE_INTERVAL = 60.0
+
+
+def record_use(app: Any, token_id: UUID, *, interval: float = USE_INTERVAL) -> None:
+    """Record that the token was used now (``TokenUsed``), unless a use was recorded within ``interval``."""
+
+    def work(uow: UnitOfWork) -> None:
+        agg = _token(uow, token_id)
+        uow.record(agg, decide.use(agg.state, Emitter(token_id, agg.version, uow.now, actor=agg.state.user),
+                                   at=uow.now, interval=interval))
+
+    run(app, work)
+
+
 def _token_events(app: Any, after: int, limit: int = 1000) -> list[Any]:
     """Token events and what ends a member's tokens (a catalog's start names its organization)."""
     from ledger.catalog import events as cev
 
     return app.recorder.select_notifications(start=after, limit=limit, inclusive_of_start=False,
                                              topics=[ev.TokenIssued.TOPIC, ev.TokenRevoked.TOPIC, ev.TokenRotated.TOPIC,
-                                                     ev.SessionStarted.TOPIC, ev.SessionEnded.TOPIC,
+                                                     ev.SessionStarted.TOPIC, ev.SessionEnded.TOPIC, ev.TokenUsed.TOPIC,
                                                      cev.CatalogStarted.TOPIC, cev.MemberRemoved.TOPIC])
 
 

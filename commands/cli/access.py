@@ -10,7 +10,7 @@ import click
 
 from commands.cli.context import Ctx, emit_json, json_option, pass_ctx, print_rows
 
-TOKEN_COLUMNS = ("token_id", "user", "org", "role", "deployment_admin", "issued_at", "expires_at", "ended")
+TOKEN_COLUMNS = ("token_id", "user", "org", "role", "deployment_admin", "issued_at", "expires_at", "last_used_at", "ended")
 
 
 @click.group()
@@ -102,21 +102,35 @@ def tokens_rotate(c: Ctx, token_id: str, overlap: str, expires_in: str, as_json:
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port to listen on.")
 @click.option("--follow/--no-follow", default=True, show_default=True,
               help="Keep the views caught up in the background (one follower at a time holds each build).")
+@click.option("--streams-per-token", type=click.IntRange(0), default=8, show_default=True,
+              help="Open event streams one token may hold on this process (0: no limit); more: rate_limited.")
+@click.option("--write-rate", type=click.FloatRange(0), default=1000.0, show_default=True,
+              help="Commands a second one token may send to this process, on average (0: no limit).")
+@click.option("--write-burst", type=click.FloatRange(1), default=2000.0, show_default=True,
+              help="Commands one token may send at once above --write-rate.")
+@click.option("--max-body-bytes", type=click.IntRange(1), default=16 * 1024 * 1024, show_default=True,
+              help="The largest request body (larger: 413 request_too_large).")
+@click.option("--header-timeout", type=click.FloatRange(0.1), default=10.0, show_default=True,
+              help="Seconds a connection may take to send a request's headers (then 408, and it is closed).")
 @json_option("Announce the address as one JSON object on standard output ({serving, db, openapi}).")
 @pass_ctx
-def serve(c: Ctx, host: str, port: int, follow: bool, as_json: bool) -> None:
+def serve(c: Ctx, host: str, port: int, follow: bool, streams_per_token: int, write_rate: float,
+          write_burst: float, max_body_bytes: int, header_timeout: float, as_json: bool) -> None:
     """Serve the ledger over HTTP (docs/server.md): commands, views, history, the event log and its live
     stream, web pages at /ui/. Every request needs an API token (`chat-ledger tokens create`)."""
     import uvicorn
 
     from commands.http.app import create_app
+    from commands.http.limits import Limits
+    from commands.http.protocol import protocol
 
     c.app  # noqa: B018 - open (or create) the ledger first: a bad --db fails here, before listening
-    app = create_app(c.url, follow=follow)
+    limits = Limits(streams_per_token=streams_per_token, write_rate=write_rate, write_burst=write_burst)
+    app = create_app(c.url, follow=follow, limits=limits, max_body_bytes=max_body_bytes)
     if as_json:
         emit_json({"serving": f"http://{host}:{port}", "db": c.where, "openapi": f"http://{host}:{port}/openapi.json"})
     else:
         click.echo(f"chat-ledger serving {c.where} on http://{host}:{port} (docs: /openapi.json)", err=True)
     # open event streams never end by themselves: a stop closes them after 2 s
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on",
-                timeout_graceful_shutdown=2)
+                timeout_graceful_shutdown=2, http=protocol(header_timeout))

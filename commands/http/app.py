@@ -20,6 +20,7 @@ from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
 from commands.http import routes, stream, ui
+from commands.http.limits import Limits, RateLimited
 from commands.http.service import Service, as_error, error_body, status_of
 from commands.metrics import COUNTERS
 from commands.metrics import render as render_metrics
@@ -139,7 +140,8 @@ def openapi_document(app: Litestar) -> dict[str, Any]:
 
 def _ledger_error(request: Request[Any, Any, Any], e: LedgerError) -> Response[Any]:
     COUNTERS.add("chat_ledger_refusals_total", code=e.code)
-    return Response(error_body(e), status_code=status_of(e.code))
+    headers = {"Retry-After": str(e.retry_after)} if isinstance(e, RateLimited) else None
+    return Response(error_body(e), status_code=status_of(e.code), headers=headers)
 
 
 def _http_error(request: Request[Any, Any, Any], e: HTTPException) -> Response[Any]:
@@ -147,7 +149,8 @@ def _http_error(request: Request[Any, Any, Any], e: HTTPException) -> Response[A
         detail = "; ".join(f"{x.get('key', '')}: {x.get('message', '')}" for x in (e.extra or [])
                            if isinstance(x, dict)) or e.detail
         return _ledger_error(request, LedgerError("invalid_request", str(detail)))
-    code = {404: "route_not_found", 405: "method_not_allowed"}.get(e.status_code, f"http_{e.status_code}")
+    code = {404: "route_not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(
+        e.status_code, f"http_{e.status_code}")
     COUNTERS.add("chat_ledger_refusals_total", code=code)
     return Response(error_body(LedgerError(code, str(e.detail))), status_code=e.status_code)
 
@@ -158,13 +161,19 @@ def _other_error(request: Request[Any, Any, Any], e: Exception) -> Response[Any]
     return Response(error_body(error), status_code=status_of(error.code))
 
 
-def create_app(url: str, *, follow: bool = True, poll_interval: float | None = None) -> Litestar:
-    """The service for the ledger at ``url`` (opened, and created if missing, when the app starts)."""
+#: the largest request body ``serve`` accepts unless ``--max-body-bytes`` says otherwise (``request_too_large``)
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+def create_app(url: str, *, follow: bool = True, poll_interval: float | None = None,
+               limits: Limits | None = None, max_body_bytes: int = MAX_BODY_BYTES) -> Litestar:
+    """The service for the ledger at ``url`` (opened, and created if missing, when the app starts): per-token
+    ``limits`` (``commands.http.limits``), bodies of at most ``max_body_bytes``."""
     svc_box: dict[str, Service] = {}
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        svc = Service(url, follow=follow, poll_interval=poll_interval)
+        svc = Service(url, follow=follow, poll_interval=poll_interval, limits=limits)
         app.state.service = svc_box["svc"] = svc
         svc.start()
         try:
@@ -182,5 +191,6 @@ def create_app(url: str, *, follow: bool = True, poll_interval: float | None = N
             components=Components(security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")}),
             # Only the JSON document under /schema: the interactive renderers load scripts from other hosts
             path="/schema", render_plugins=[JsonRenderPlugin()]),
+        request_max_body_size=max_body_bytes,
         debug=False,
     )

@@ -34,6 +34,8 @@ ERRORS = {status: ResponseSpec(ErrorBody, description=text, generate_examples=Fa
           "read_only_role, deployment_admin_required, actor_mismatch, not_organization_member)"),
     (404, "chat_not_found, stream_not_found, version_not_found, ..."),
     (409, "refused by the ledger's rules (the codes `apply` gives)"),
+    (413, "request_too_large: the body is over serve --max-body-bytes"),
+    (429, "rate_limited: over the token's write rate or open streams (Retry-After says when to try again)"),
     (503, "projection_busy, database_unavailable, outcome_unknown"),
 )}
 
@@ -117,6 +119,7 @@ async def post_commands(request: Request[Any, Any, Any]) -> Response[Any]:
     svc = service(request.app.state)
     media = (request.headers.get("content-type") or "application/json").split(";")[0].strip().lower()
     if media in (JSONL, "application/jsonl", "application/json-lines", "text/plain"):
+        svc.limits.write(principal, sum(1 for line in body.split(b"\n") if line.strip()))
         results = await sync_to_thread(run_commands, svc, principal, body.split(b"\n"))
         payload = b"".join(msgspec.json.encode(r) + b"\n" for r in results)
         return Response(payload, media_type=JSONL, status_code=200)
@@ -125,6 +128,7 @@ async def post_commands(request: Request[Any, Any, Any]) -> Response[Any]:
     line = as_line(1, body.replace(b"\n", b" ").replace(b"\r", b" "))
     if not line.strip():
         raise LedgerError("invalid_command", "malformed JSON: no command in the body")
+    svc.limits.write(principal)
     row = await run_command(svc, principal, line)
     return Response(msgspec.json.encode(row), media_type="application/json",
                     status_code=200 if row["ok"] else status_of(row["error"]["code"]))

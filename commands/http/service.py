@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from uuid import UUID
 
 import msgspec
 from litestar.concurrency import sync_to_thread
@@ -20,9 +22,12 @@ from commands.access import REFUSALS, Principal, Scopes, refusal
 from commands.api import Ledger
 from commands.failures import as_ledger_error
 from commands.groupcommit import GroupCommitter
+from commands.http.limits import Limits
 from commands.http.watch import LogWatcher
 from commands.metrics import COUNTERS
-from commands.tokens import TokenIndex
+from commands.tokens import USE_INTERVAL, TokenIndex, record_use
+from commands.uow import utcnow
+from ledger.access.state import TokenState
 from ledger.errors import LedgerError
 
 log = logging.getLogger(__name__)
@@ -33,7 +38,7 @@ STATUS = {
     **{code: status for code, (status, _) in REFUSALS.items()},
     "invalid_command": 400, "invalid_request": 400, "version_not_found": 404,
     "projection_busy": 503, "database_unavailable": 503, "outcome_unknown": 503, "database_error": 500,
-    "internal_error": 500, "projection_error": 500, "undecodable_event": 500,
+    "internal_error": 500, "projection_error": 500, "undecodable_event": 500, "request_too_large": 413,
 }
 
 
@@ -57,7 +62,8 @@ def error_body(e: LedgerError) -> ErrorBody:
 
 
 class Service:
-    def __init__(self, url: str, *, follow: bool = True, poll_interval: float | None = None) -> None:
+    def __init__(self, url: str, *, follow: bool = True, poll_interval: float | None = None,
+                 limits: Limits | None = None) -> None:
         from ledger.store import DatabaseURL
 
         self.url = url
@@ -75,6 +81,12 @@ class Service:
         #: web session (hash) -> when this server last saw it used (``time.monotonic``): a session idle on this
         #: server for its ``idle_seconds`` is ended here
         self._session_seen: dict[str, float] = {}
+        self.limits = limits or Limits()
+        #: tokens whose use is being recorded (``TokenUsed``), by one thread of its own: a request never waits
+        #: for it, and a database that has gone costs the requests nothing more
+        self._using: set[UUID] = set()
+        self._using_lock = threading.Lock()
+        self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="token-use")
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -101,6 +113,7 @@ class Service:
         if self.committer is not None:
             self.committer.close()  # what was submitted is run and answered first
         self.watcher.close()
+        self._recorder.shutdown(wait=True)
         for t in self._threads:
             t.join(timeout=10)
         self.ledger.close()
@@ -127,7 +140,33 @@ class Service:
         code = self.tokens.refusal(token)
         if code is not None:
             raise refusal(code)
+        self._note_use(token)
         return Principal.of(token)
+
+    def _note_use(self, token: TokenState) -> None:
+        """Record the token's use (``TokenUsed``) in the background when its last recorded use is older than
+        ``USE_INTERVAL`` (the decision is taken again on the token's stream: several servers record it once)."""
+        last = token.last_used_at
+        if last is not None and (utcnow() - last).total_seconds() < USE_INTERVAL:
+            return
+        with self._using_lock:
+            if token.token_id in self._using:
+                return
+            self._using.add(token.token_id)
+
+        def record() -> None:
+            try:
+                record_use(self.app, token.token_id)
+            except Exception as e:  # the request was served; its use is recorded by the next one
+                log.warning("recording a use of token %s: %s", token.token_id, e)
+            finally:
+                with self._using_lock:
+                    self._using.discard(token.token_id)
+
+        try:
+            self._recorder.submit(record)
+        except RuntimeError:  # shutting down
+            self._using.discard(token.token_id)
 
     def session_principal(self, secret: str | None) -> Principal:
         """The principal of a web session's secret (the cookie ``/ui/login`` sets): refused when there is no
@@ -147,6 +186,7 @@ class Service:
         if code is not None:
             self._session_seen.pop(session, None)
             raise refusal(code)
+        self._note_use(token)
         if len(self._session_seen) > 100_000:
             self._session_seen.clear()
         self._session_seen[session] = now

@@ -114,7 +114,8 @@ def get_stream(request: Request[Any, Any, Any], principal: Principal, state: Sta
     svc = service(state)
     selection = Filter(svc, principal, org, chat)
     start = _resume_point(request, after)
-    return ServerSentEvent(_events(svc, selection, start), headers={"Cache-Control": "no-store",
+    release = svc.limits.open_stream(principal)  # given back when the stream ends, however it ends
+    return ServerSentEvent(_events(svc, selection, start, release), headers={"Cache-Control": "no-store",
                                                                     "X-Accel-Buffering": "no"})
 
 
@@ -129,7 +130,8 @@ class Messages(ServerSentEventMessage):
         return self.encoded
 
 
-async def _events(svc: Service, selection: Filter, position: int) -> AsyncIterator[ServerSentEventMessage]:
+async def _events(svc: Service, selection: Filter, position: int,
+                  release: Any = None) -> AsyncIterator[ServerSentEventMessage]:
     """From ``position`` on: pages from the database while the stream is behind the watcher's tail, then
     the tail, filtered in memory (every notification in the tail was read once for every stream)."""
     encode = msgspec.json.encode
@@ -140,6 +142,8 @@ async def _events(svc: Service, selection: Filter, position: int) -> AsyncIterat
             yield message
     finally:
         watcher.streams -= 1
+        if release is not None:
+            release()
 
 
 async def _follow(watcher: Any, selection: Filter, position: int,

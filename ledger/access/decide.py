@@ -85,3 +85,14 @@ def end_session(state: TokenState | None, em: Emitter, *, session: str, at: date
         return []
     em.emit(ev.SessionEnded, token_id=state.token_id, session=session, at=at)
     return em.events
+
+
+def use(state: TokenState | None, em: Emitter, *, at: datetime, interval: float) -> list[Any]:
+    """Record a use of the token at ``at``, unless one was recorded less than ``interval`` seconds before (so
+    a busy token costs one event per interval, and several servers recording the same use record it once)."""
+    if state is None:
+        raise LedgerError("token_not_found", "token not found")
+    if state.last_used_at is not None and (at - state.last_used_at).total_seconds() < interval:
+        return []
+    em.emit(ev.TokenUsed, token_id=state.token_id, at=at)
+    return em.events

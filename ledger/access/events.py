@@ -73,3 +73,13 @@ class SessionEnded(LedgerEvent):
     token_id: UUID
     session: str
     at: datetime
+
+
+class TokenUsed(LedgerEvent):
+    """The token authenticated a request of the service at ``at``. Recorded at most once per ``interval``
+    seconds per token (``decide.use``), so ``tokens list``'s last use is exact to within that interval; a use
+    is a fact of the token, like its issue and its end."""
+
+    TOPIC = "chat-ledger:access.TokenUsed"
+    token_id: UUID
+    at: datetime

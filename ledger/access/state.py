@@ -31,6 +31,8 @@ class TokenState(msgspec.Struct, kw_only=True):
     revoked_at: datetime | None = None
     revoked_by: UUID | None = None
     replaced_by: UUID | None = None
+    #: the last recorded use (``TokenUsed``), or None: never used
+    last_used_at: datetime | None = None
     #: its web sessions, by the SHA-256 of their secret
     sessions: dict[str, SessionInfo] = msgspec.field(default_factory=dict)
     version: int = 0
@@ -55,6 +57,9 @@ def evolve(state: TokenState | None, event: Any) -> TokenState:
         assert state is not None
         state.sessions[event.session] = SessionInfo(started_at=event.at, expires_at=event.expires_at,
                                                      idle_seconds=event.idle_seconds)
+    elif isinstance(event, ev.TokenUsed):
+        assert state is not None
+        state.last_used_at = event.at
     elif isinstance(event, ev.SessionEnded):
         assert state is not None
         if event.session in state.sessions:
@@ -74,4 +79,5 @@ def token_row(state: TokenState) -> dict[str, Any]:
             "issued_at": state.issued_at.isoformat(),
             "expires_at": state.expires_at.isoformat() if state.expires_at else None,
             "replaced_by": str(state.replaced_by) if state.replaced_by else None, "revoked": state.revoked,
-            "revoked_at": state.revoked_at.isoformat() if state.revoked_at else None}
+            "revoked_at": state.revoked_at.isoformat() if state.revoked_at else None,
+            "last_used_at": state.last_used_at.isoformat() if state.last_used_at else None}

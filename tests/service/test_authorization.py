@@ -141,6 +141,6 @@ def test_reads_show_only_what_the_token_may_read(world):
         assert not seen & {world.chat_a, world.chat_b, ORG}
     with world.client("deployer") as c:  # no organization: the deployment's streams and tokens only
         events = c.get("/v1/events", params={"limit": 1000}).json()["events"]
-        assert events and {e["type"] for e in events} <= {"TokenIssued", "TokenRevoked", "DeploymentStarted",
+        assert events and {e["type"] for e in events} <= {"TokenIssued", "TokenRevoked", "TokenUsed", "DeploymentStarted",
                                                           "DeploymentSettingsChanged"}
         assert c.get("/v1/chats").json()["error"]["code"] == "not_in_organization"
