@@ -8,6 +8,7 @@ Routes: the JSON API (``routes``), the event log and its stream (``stream``), th
 from __future__ import annotations
 
 import logging
+import re
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Union
 
@@ -144,7 +145,21 @@ def _ledger_error(request: Request[Any, Any, Any], e: LedgerError) -> Response[A
     return Response(error_body(e), status_code=status_of(e.code), headers=headers)
 
 
+#: a path that names a chat or an organization by something that is not a UUID (a prefix, as the CLI takes)
+_NOT_A_UUID = re.compile(r"^/(?:v1|ui)/(?:chats|organizations|orgs)/(?![0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}"
+                         r"[0-9a-fA-F]{12}(?:/|$))([^/]+)")
+
+
 def _http_error(request: Request[Any, Any, Any], e: HTTPException) -> Response[Any]:
+    """Litestar's own errors (no route, bad parameters, body too large) as the ledger's codes: JSON under
+    ``/v1/``, an HTML page under ``/ui/``. An id that is not a whole UUID (a prefix the CLI would take) is
+    ``invalid_request``, not a missing route."""
+    not_uuid = _NOT_A_UUID.match(request.url.path) if e.status_code == 404 else None
+    if not_uuid is not None:
+        e = ValidationException(detail=f"ids over HTTP are whole UUIDs (prefixes are for the CLI), not "
+                                       f"{not_uuid.group(1)!r}")
+    if request.url.path.startswith("/ui/") or request.url.path == "/ui":
+        return ui.http_error_page(request, e)
     if isinstance(e, ValidationException):
         detail = "; ".join(f"{x.get('key', '')}: {x.get('message', '')}" for x in (e.extra or [])
                            if isinstance(x, dict)) or e.detail

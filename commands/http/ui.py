@@ -92,7 +92,7 @@ def ledger_error_page(request: Request[Any, Any, Any], e: LedgerError) -> Respon
 
 
 def http_error_page(request: Request[Any, Any, Any], e: HTTPException) -> Response[Any]:
-    code = {404: "route_not_found", 405: "method_not_allowed", 400: "invalid_request"}.get(
+    code = {404: "route_not_found", 405: "method_not_allowed", 400: "invalid_request", 413: "request_too_large"}.get(
         e.status_code, f"http_{e.status_code}")
     return ledger_error_page(request, LedgerError(code, str(e.detail)))
 
@@ -302,17 +302,17 @@ def chat(chat_id: UUID, principal: Principal, state: State) -> Response[str]:
 def explain_page(chat_id: UUID, principal: Principal, state: State, tool_call: str | None = None,
                  queued_message: int | None = Parameter(default=None, ge=0, le=2**62),
                  turn: str | None = None) -> Response[str]:
-    import json
-
     from commands.explain import explain
+    from ledger.audit.render import folded_json
 
     svc = service(state)
     check(principal, "read", svc.scopes.chat(chat_id))
     asked = {"tool_call": tool_call, "queued_message": queued_message, "turn": turn}
     report = explain(svc.app, chat_id, **asked)  # (exactly one of them, or invalid_request)
     what, ident = next((k, v) for k, v in asked.items() if v is not None)
+    text, folded = folded_json(report)  # a page is bounded; the API answer is whole
     return page("ui_explain.html", principal, chat_id=str(chat_id), what=what.replace("_", " "), ident=str(ident),
-                report=json.dumps(report, indent=2, ensure_ascii=False, default=str),
+                report=text, folded=folded,
                 api=f"/v1/chats/{chat_id}/explain?{what}={quote(str(ident))}")
 
 

@@ -53,6 +53,48 @@ def visible(value: Any) -> Any:
     return value
 
 
+#: how much of a report a page shows (``folded_json``): deeper containers, longer lists and strings are folded,
+#: and the whole text is cut at ``FOLD_TOTAL`` characters; the page links the full JSON
+FOLD_DEPTH, FOLD_ITEMS, FOLD_STRING, FOLD_TOTAL = 8, 50, 500, 100_000
+
+
+def folded_json(value: Any, *, depth: int = FOLD_DEPTH, items: int = FOLD_ITEMS, string: int = FOLD_STRING,
+                total: int = FOLD_TOTAL) -> tuple[str, bool]:
+    """``value`` as indented JSON for a page, bounded: a container deeper than ``depth`` becomes a note of its
+    size, a list or object past ``items`` entries and a string past ``string`` characters are cut with a note
+    of how much was left out, and the text stops at ``total`` characters. So a page's size grows with what it
+    shows, not with what was recorded (indented JSON of a deeply nested value grows with the square of its
+    depth). Returns the text and whether anything was folded."""
+    import json
+
+    folded = False
+
+    def fold(v: Any, level: int) -> Any:
+        nonlocal folded
+        if isinstance(v, str):
+            if len(v) <= string:
+                return v
+            folded = True
+            return f"{v[:string]}… ⟨{len(v) - string} more characters⟩"
+        if isinstance(v, (dict, list, tuple)):
+            if level >= depth and v:
+                folded = True
+                return f"⟨{'an object of' if isinstance(v, dict) else 'a list of'} {len(v)} folded⟩"
+            entries = list(v.items()) if isinstance(v, dict) else list(enumerate(v))
+            kept = [(k, fold(x, level + 1)) for k, x in entries[:items]]
+            if len(entries) > items:
+                folded = True
+                kept.append(("…", f"⟨{len(entries) - items} more folded⟩"))
+            return {str(k): x for k, x in kept} if isinstance(v, dict) else [x for _, x in kept]
+        return v
+
+    text = json.dumps(fold(value, 0), indent=2, ensure_ascii=False, default=str)
+    if len(text) > total:
+        folded = True
+        text = f"{text[:total]}\n… ⟨{len(text) - total} more characters folded⟩"
+    return text, folded
+
+
 @lru_cache(maxsize=1)
 def environment() -> Any:
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape

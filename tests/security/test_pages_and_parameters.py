@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from tests.catalog.kit import ORG
+from tests.catalog.kit import ALICE, ORG
 from tests.security.test_authorship_and_streams import post
 from tests.service.test_ui import signed_in
 
@@ -72,3 +72,53 @@ def test_bidi_overrides_and_invisible_characters_are_shown_not_obeyed(world):
         page = c.get(f"/ui/chats/{world.chat_a}").text
     assert "\u202e" not in page and "\u200b" not in page
     assert "transfer to account 1234⟨U+202E⟩5678⟨U+200B⟩" in page
+
+
+def _nested(depth: int) -> dict:
+    value: dict = {"leaf": "x" * 20}
+    for n in range(depth):
+        value = {"k": [value, n]}
+    return value
+
+
+def test_an_explain_page_is_bounded_and_links_the_full_report(world):
+    """A 6 kB deeply nested tool call made a 3 MB explain page (indented JSON grows with the square of the
+    depth): the page folds what is deep, long or many, says so, and links the whole JSON, which the API gives."""
+    import json
+
+    args = _nested(400)  # 5.4 kB of JSON; 1.6 MB indented
+    assert len(json.dumps(args)) < 7000
+    status, made = post(world, "alice", {"type": "create_chat", "organization_id": ORG, "owner_id": ALICE, "text": "go",
+                                         "hook_allowed_tools": ["read"]})
+    assert status == 200, made
+    chat = made["result"]["chat_id"]
+    status, answer = post(world, "admin", {"type": "commit_step", "chat_id": chat, "messages": [
+        {"role": "assistant", "parts": [{"type": "tool-call", "tool_call_id": "deep", "tool_name": "read",
+                                         "args": args}]}]})
+    assert status == 200, answer
+    with signed_in(world, "alice") as c:
+        page = c.get(f"/ui/chats/{chat}/explain", params={"tool_call": "deep"})
+        assert page.status_code == 200
+        assert len(page.content) < 150_000, len(page.content)
+        assert 'id="folded"' in page.text and f"/v1/chats/{chat}/explain?tool_call=deep" in page.text
+    with world.client("alice") as api:
+        full = api.get(f"/v1/chats/{chat}/explain", params={"tool_call": "deep"})
+        assert full.status_code == 200 and json.dumps(args) in json.dumps(full.json())
+
+
+def test_a_prefix_id_is_invalid_request_and_pages_answer_errors_as_pages(world):
+    prefix = world.chat_a[:8]
+    with world.client("alice") as c:
+        for path in (f"/v1/chats/{prefix}", f"/v1/chats/{prefix}/timeline", f"/v1/organizations/{ORG[:6]}/models"):
+            r = c.get(path)
+            assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request", (path, r.text)
+            assert prefix in r.json()["error"]["message"] or ORG[:6] in r.json()["error"]["message"]
+        assert c.get("/v1/nowhere").json()["error"]["code"] == "route_not_found"
+    with signed_in(world, "alice") as c:
+        for path, status, code in ((f"/ui/chats/{prefix}", 400, "invalid_request"),
+                                   ("/ui/nowhere", 404, "route_not_found"),
+                                   (f"/ui/chats/{world.chat_a}/nowhere", 404, "route_not_found")):
+            r = c.get(path)
+            assert r.status_code == status and r.headers["content-type"].startswith("text/html"), (path, r.text)
+            assert code in r.text
+            assert_hardened(r)
