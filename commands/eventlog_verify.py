@@ -13,6 +13,7 @@ not grow with the log.
 from __future__ import annotations
 
 from contextlib import nullcontext
+from datetime import timedelta
 from typing import Any, Iterable, Iterator
 from uuid import UUID
 
@@ -213,6 +214,11 @@ class _Peek:
         return item
 
 
+#: how far back a stream's next event may be dated before ``events verify`` reports it (servers' clocks differ a
+#: little; an event dated earlier than its predecessor by more was changed outside the ledger)
+CLOCK_SKEW = timedelta(seconds=5)
+
+
 def _fold(app: Any, notes: Iterable[Any], st: _Stream, report: Any, until: Any = None, seen: Any = None) -> None:
     """Decode and apply ``notes`` (one stream, in version order) to ``st``, checking the version sequence and
     the invariants; ``report(version, nid, check, reason)`` gets each anomaly, and a stream that cannot be
@@ -239,6 +245,10 @@ def _fold(app: Any, notes: Iterable[Any], st: _Stream, report: Any, until: Any =
                    f"version {n.originator_version} follows version {st.version} (expected {st.version + 1})")
             st.broken = True
             continue
+        if st.timestamp is not None and event.timestamp < st.timestamp - CLOCK_SKEW:
+            report(n.originator_version, n.id, "time",
+                   f"version {n.originator_version} is dated {event.timestamp.isoformat()}, before version "
+                   f"{st.version} ({st.timestamp.isoformat()}): times go backwards within the stream")
         try:
             if st.evolve is None:
                 st.evolve = aggregate_class(event).evolve

@@ -103,6 +103,41 @@ async def openapi_json(request: Request[Any, Any, Any]) -> Response[Any]:
     return Response(openapi_document(request.app), media_type="application/json")
 
 
+#: OpenAPI links between operations (what a client, or a stateful fuzzer, may do next with an answer):
+#: (method, path) of the source -> link name -> (target operationId, its parameters as runtime expressions)
+_CHAT = {"chat_id": "$request.path.chat_id"}
+LINKS: dict[tuple[str, str], dict[str, tuple[str, dict[str, str]]]] = {
+    ("post", "/v1/commands"): {
+        "CreatedChat": ("V1ChatsChatIdGetChat", {"chat_id": "$response.body#/result/chat_id"}),
+        "CreatedChatTimeline": ("V1ChatsChatIdTimelineGetTimeline", {"chat_id": "$response.body#/result/chat_id"}),
+    },
+    ("get", "/v1/chats"): {
+        "FirstChat": ("V1ChatsChatIdGetChat", {"chat_id": "$response.body#/items/0/chat_id"}),
+        "NextPage": ("V1ChatsListChats", {"cursor": "$response.body#/next_cursor"}),
+    },
+    ("get", "/v1/search"): {
+        "FirstHitChat": ("V1ChatsChatIdGetChat", {"chat_id": "$response.body#/hits/0/chat_id"}),
+        "NextPage": ("V1SearchSearchChats", {"q": "$request.query.q", "cursor": "$response.body#/next_cursor"}),
+    },
+    ("get", "/v1/events"): {
+        "NextPage": ("V1EventsGetEvents", {"after": "$response.body#/next_after"}),
+        "FirstEventsChat": ("V1ChatsChatIdGetChat", {"chat_id": "$response.body#/events/0/stream_id"}),
+    },
+    ("get", "/v1/chats/{chat_id}"): {
+        "Timeline": ("V1ChatsChatIdTimelineGetTimeline", _CHAT),
+        "Unresolved": ("V1ChatsChatIdUnresolvedGetUnresolved", _CHAT),
+        "Queue": ("V1ChatsChatIdQueueGetQueue", _CHAT),
+        "NextAction": ("V1ChatsChatIdNextActionGetNextAction", _CHAT),
+        "ExplainLatestTurn": ("V1ChatsChatIdExplainGetExplain", {**_CHAT, "turn": "latest"}),
+        "Models": ("V1OrganizationsOrgIdModelsGetModels", {"org_id": "$response.body#/organization_id"}),
+        "ChatEvents": ("V1EventsGetEvents", {"chat": "$request.path.chat_id"}),
+    },
+    ("get", "/v1/chats/{chat_id}/timeline"): {
+        "AtFirstVersion": ("V1ChatsChatIdTimelineGetTimeline", {**_CHAT, "at": "$response.body#/0/version"}),
+    },
+}
+
+
 def openapi_document(app: Litestar) -> dict[str, Any]:
     """Litestar's document, with the command union (msgspec's JSON Schema of every command Struct) as the
     body of ``POST /v1/commands``."""
@@ -135,6 +170,9 @@ def openapi_document(app: Litestar) -> dict[str, Any]:
     for public in PUBLIC:
         for o in doc["paths"].get(public, {}).values():
             o["security"] = []
+    for (method, path), links in LINKS.items():
+        doc["paths"][path][method]["responses"]["200"]["links"] = {
+            name: {"operationId": target, "parameters": params} for name, (target, params) in links.items()}
     app.state.openapi_document = doc
     return doc
 

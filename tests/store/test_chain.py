@@ -287,3 +287,22 @@ def test_verify_names_corrupt_rows_and_never_crashes(db_url):
     assert [(x["stream_id"], x["version"]) for x in decode] == [(str(a), 2)] and wrong in decode[0]["reason"]
     text = cli(db_url, "events", "verify", code=1).output
     assert f"stream {a} version 2" in text and "FAILED" in text and "internal_error" not in text
+
+
+def test_verify_reports_a_time_going_backwards_even_after_a_rehash(db_url):
+    """Issue 23's probe: date version 2 of a stream a hundred years back, clear the chain and rehash it (what a
+    database writer can do): the chain is whole again, but verify names the version whose time goes backwards."""
+    a, b, head = _paris(db_url)
+    raw = RawDB(db_url)
+    (state,) = [s for v, _, s in raw.rows(a) if v == 2]
+    stamp = raw.json_field_in_db(a, 2, "timestamp")
+    assert stamp[:2] == "20", stamp
+    raw.set_state(a, 2, state.replace(stamp.encode(), ("1926" + stamp[4:]).encode()))
+    assert raw.execute("UPDATE {t} SET chain_hash = NULL WHERE originator_id = ?", a) == 5
+    cli(db_url, "events", "rehash")  # the chain is linked again over the changed row
+    report = _verify(db_url, 1)
+    assert not _chain_anomalies(report)  # the chain alone cannot tell (issue 27's evidence can)
+    times = [x for x in report["anomalies"] if x["check"] == "time"]
+    assert [(x["stream_id"], x["version"]) for x in times] == [(str(a), 2)], report["anomalies"]
+    assert "1926" in times[0]["reason"] and "backwards" in times[0]["reason"]
+    assert "FAILED" in cli(db_url, "events", "verify", code=1).output
