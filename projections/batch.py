@@ -14,7 +14,7 @@ from projections.engine import (
     PositionConflict, Projection, ProjectionError, ProjectionFailed, Table, ViewState, physical_name,
 )
 from projections.builds import Bookkeeping
-from projections.sqlbase import TRANSIENT_ERRORS, _Writer, _now, _q
+from projections.sqlbase import _now, _q, _Writer, transient_errors
 
 
 #: ``_batch_writes``' "most rows" for stream-wise inserts: always the bulk path (PostgreSQL: COPY).
@@ -57,7 +57,7 @@ class Batches(Bookkeeping):
             # read now, before the view transaction holds its locks (on SQLite, the file's write lock).
             try:
                 projection.prepare([e for _, e in items])
-            except (ProjectionError, *TRANSIENT_ERRORS):
+            except (ProjectionError, *transient_errors()):
                 raise
             except Exception as e:
                 raise ProjectionFailed(projection.name, version, f"{type(e).__name__}: {e}") from e
@@ -106,7 +106,7 @@ class Batches(Bookkeeping):
                         for op in ops or ():
                             state.apply(op)
                     except Exception as e:
-                        if isinstance(e, TRANSIENT_ERRORS) and not self._is_row_error(e):
+                        if isinstance(e, transient_errors()) and not self._is_row_error(e):
                             raise
                         raise ProjectionFailed(name, version, f"{type(e).__name__}: {e}").at(nid, event) from e
                 try:
@@ -124,7 +124,7 @@ class Batches(Bookkeeping):
                 except Exception as e:
                     # Rows are computed and written for the whole batch at its end: which event gave a row
                     # that cannot be stored is not known here (the runner narrows the batch down).
-                    if isinstance(e, TRANSIENT_ERRORS) and not self._is_row_error(e):
+                    if isinstance(e, transient_errors()) and not self._is_row_error(e):
                         raise
                     raise ProjectionFailed(name, version, f"{type(e).__name__}: {e}") from e
         except BaseException:

@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 from projections.backend import SqlBackend
 from projections.engine import BuildBusy, Projection, ProjectionError
 from projections.runner import catch_up
-from projections.sqlbase import TRANSIENT_ERRORS
+from projections.sqlbase import transient_errors
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class Follower:
         self.busy: dict[str, str] = {}  # projection name -> who held it at the last round
         self._wake = threading.Event()
         self._halt = threading.Event()  # tells the LISTEN thread to end
-        self._transient = TRANSIENT_ERRORS
+        self._transient = transient_errors()
 
     def _listen_target(self) -> tuple[str, str] | None:
         channel = getattr(self.app.recorder, "channel_name", None)

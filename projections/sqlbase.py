@@ -8,6 +8,7 @@ process's leases and writers, and the SQL text of quoting, parameters, WHERE/ORD
 from __future__ import annotations
 
 import sqlite3
+import sys
 import threading
 import uuid
 from contextlib import contextmanager
@@ -18,23 +19,25 @@ from projections.engine import Column, ProjectionError, RowCache, Table
 from projections.leases import LeaseHolder
 
 
-def _transient_errors() -> tuple[type[BaseException], ...]:
-    """Errors of an unavailable or busy database (worth retrying), as opposed to errors of the data."""
-    errors: list[type[BaseException]] = [sqlite3.OperationalError]
-    try:
-        import psycopg
-        import psycopg_pool
-
-        errors += [psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout]
-    except ImportError:  # pragma: no cover
-        pass
-    from eventsourcing.persistence import InterfaceError, OperationalError
-
-    errors += [OperationalError, InterfaceError]
-    return tuple(errors)
+_TRANSIENT: dict[bool, tuple[type[BaseException], ...]] = {}
 
 
-TRANSIENT_ERRORS = _transient_errors()
+def transient_errors() -> tuple[type[BaseException], ...]:
+    """Errors of an unavailable or busy database (worth retrying), as opposed to errors of the data. psycopg's
+    are among them once psycopg is imported (only then can they be raised): a SQLite ledger never imports it."""
+    loaded = "psycopg" in sys.modules
+    found = _TRANSIENT.get(loaded)
+    if found is None:
+        from eventsourcing.persistence import InterfaceError, OperationalError
+
+        errors: list[type[BaseException]] = [sqlite3.OperationalError, OperationalError, InterfaceError]
+        if loaded:
+            import psycopg
+            import psycopg_pool
+
+            errors += [psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout]
+        found = _TRANSIENT[loaded] = tuple(errors)
+    return found
 
 
 def _now() -> datetime:

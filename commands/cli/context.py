@@ -24,7 +24,6 @@ import click
 import msgspec
 
 from ledger.errors import LedgerError
-from ledger.store import open_app, resolve_url
 
 _json = msgspec.json.Encoder()
 
@@ -76,6 +75,8 @@ class Ctx:
     """
 
     def __init__(self, db: str | None, as_json: bool = False) -> None:
+        from ledger.database import resolve_url  # (here: --help and --version load no database code)
+
         self.url = resolve_url(db)
         self.json = as_json  # --json given (anywhere): errors are printed as JSON too
         self._app: Any = None
@@ -95,6 +96,8 @@ class Ctx:
     def app(self) -> Any:
         if self._app is None:
             create = may_create(command_path(click.get_current_context(silent=True)))
+            from ledger.store import open_app  # (here: --help and --version do not load the store)
+
             self._app = open_app(self.url, create=create)
         return self._app
 

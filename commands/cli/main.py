@@ -1,5 +1,7 @@
-"""The ``chat-ledger`` entry point (CONTRACT §5): the ``main`` group, with every command module's commands
-registered on it. Command modules import only ``commands.cli.context``; nothing imports this module."""
+"""The ``chat-ledger`` entry point: the ``main`` group, with every command module's commands registered on it
+by name (``COMMANDS``) and imported only when one of them runs, so that ``--version``, ``--help`` and a quick
+read do not pay for the modules (psycopg, the projections, the service) they do not use. Command modules
+import only ``commands.cli.context``; nothing imports this module."""
 
 from __future__ import annotations
 
@@ -9,9 +11,38 @@ from typing import Any
 
 import click
 
-from commands.cli import access, audit, catalog, chat, conversation, events, generation, tools, views
+from commands import __version__
 from commands.cli.context import Ctx, emit_json
 from commands.failures import as_ledger_error, debugging
+
+#: every command: name -> (module of ``commands.cli``, attribute, its short help). The short help is kept here so
+#: that ``--help`` lists the commands without importing them; a test checks it is the command's own.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "apply": ("chat", "apply", 'Execute a JSONL file of commands (FILE or - for stdin); one JSON result line per command, written as each command is run (its output is always JSON; --json makes its errors JSON too).'),
+    "audit": ("audit", "audit", 'Timeline of a chat, catalog or conversation: each event, a summary and the state after it.'),
+    "bench": ("tools", "bench", 'Measure replay, rebuild, command throughput, concurrent writers, view queries, the service and the first command on a long chat against same-run baselines; print a table, write JSON.'),
+    "catalog": ("catalog", "catalog", 'Human forms of the catalog commands (apply takes the same commands as JSON).'),
+    "chat": ("chat", "chat", 'Human forms of the chat commands (apply takes the same commands as JSON).'),
+    "conversation": ("conversation", "conversation", 'Codex-style conversations: boxes, rounds, stages, steering, stall and restart, recovery.'),
+    "demo": ("tools", "demo", 'Record a realistic set of chats from examples/ and a small simulation, and show what the ledger holds.'),
+    "deployment": ("catalog", "deployment", 'Deployment-wide settings.'),
+    "events": ("events", "events", 'Stored events: verify, stats, export, import, rehash.'),
+    "explain": ("audit", "explain", 'Explain a tool call, a queued prompt or a turn of a chat from its recorded facts.'),
+    "init": ("chat", "init", 'Create the tables (and the PostgreSQL schema) if missing; link the streams recorded before hash chains (as ``events rehash`` does).'),
+    "models": ("catalog", "models", "The organization's model view: configs, default, admin overrides, members (and a user's view)."),
+    "next-action": ("generation", "next_action_cmd", 'What the worker does next for a chat: action, finish reason, calls, tool policy, advisor, retry.'),
+    "projections": ("views", "projections", 'Projection positions and lag; catch up; rebuild (in place or blue/green); follow live.'),
+    "queue": ("views", "queue", 'Queued prompts of a chat, head first (the chat_queue view).'),
+    "resolve-model": ("catalog", "resolve_model_cmd", "The model a chat's generation would run on (now, or as of --at/--as-of), and why."),
+    "search": ("views", "search_cmd", 'Search every chat\'s messages, tool calls and results, queued prompts, titles and errors (the search view): words must all match, "quoted phrases" match in order, -word excludes; best matches first.'),
+    "serve": ("access", "serve", 'Serve the ledger over HTTP (docs/server.md): commands, views, history, the event log and its live stream, web pages at /ui/.'),
+    "show": ("chat", "show", 'Full state of one chat: messages (deleted ones included), queue, policy, unresolved tool calls.'),
+    "simulate": ("tools", "simulate_cmd", 'Drive CHATS chats through the real commands with a deterministic fake model, and summarize.'),
+    "states": ("views", "states", 'The execution-state codes of `status` and what each means.'),
+    "status": ("views", "status_cmd", 'Chat status (the chat_status view): one chat, or every chat (filters --org, --status), the least recently updated first.'),
+    "tokens": ("access", "tokens", 'API tokens of the ledger service: issue (shown once), list, rotate, revoke.'),
+    "unresolved": ("views", "unresolved", "Unresolved tool calls of each chat's latest assistant message (the unresolved_tool_calls view), in the order the message lists them."),
+}
 
 #: options of ``main`` that may also be given after the subcommand (``chat-ledger status --db URL``):
 #: those taking a value, and flags
@@ -45,11 +76,34 @@ def hoist_global_options(args: list[str]) -> list[str]:
 
 
 class LedgerGroup(click.Group):
-    """The one error handler of the CLI: whatever a command raises (a refusal, a database or codec or
-    projection failure, a bug) ends as one line ``error: <code>: <message>`` on stderr and exit status 1
-    (``commands.failures`` maps it) — or, with ``--json``, as ``{"error": {"code", "message"}}`` (also on stderr);
-    ``CHAT_LEDGER_DEBUG=1`` prints the traceback first. click's own exceptions pass through: usage errors
-    exit 2. Global options are accepted after the subcommand too (``hoist_global_options``)."""
+    """The ``main`` group: commands loaded on first use (``COMMANDS``), and the CLI's one error handler."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            import importlib
+
+            module, attr, _ = COMMANDS[cmd_name]
+            self.add_command(getattr(importlib.import_module(f"commands.cli.{module}"), attr), cmd_name)
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list of ``--help``, from ``COMMANDS`` (importing none of them)."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = [(n, (self.commands.get(n) or click.Command(n, help=COMMANDS[n][2])).get_short_help_str(limit))
+                for n in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+    # The one error handler of the CLI: whatever a command raises (a refusal, a database or codec or
+    # projection failure, a bug) ends as one line ``error: <code>: <message>`` on stderr and exit status 1
+    # (``commands.failures`` maps it) — or, with ``--json``, as ``{"error": {"code", "message"}}`` (also on stderr);
+    # ``CHAT_LEDGER_DEBUG=1`` prints the traceback first. click's own exceptions pass through: usage errors
+    # exit 2. Global options are accepted after the subcommand too (``hoist_global_options``).
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, hoist_global_options(args))
@@ -92,7 +146,7 @@ Shell completion: eval "$(_CHAT_LEDGER_COMPLETE=bash_source chat-ledger)" (zsh_s
                    "May also follow the command.")
 @click.option("--json", "as_json", is_flag=True,
               help="JSON output (and JSON errors) for the command; may also follow the command.")
-@click.version_option(package_name="chat-ledger")
+@click.version_option(__version__, prog_name="chat-ledger")
 @click.pass_context
 def main(ctx: click.Context, db: str | None, as_json: bool) -> None:
     """chat-ledger: an event-sourced ledger for AI-agent chats."""
@@ -100,19 +154,6 @@ def main(ctx: click.Context, db: str | None, as_json: bool) -> None:
     ctx.obj = state
     ctx.call_on_close(state.close)
 
-
-for command in (
-    chat.init, chat.apply, chat.chat, chat.show,
-    views.status_cmd, views.states, views.unresolved, views.queue, views.projections, views.search_cmd,
-    catalog.models, catalog.resolve_model_cmd, catalog.catalog, catalog.deployment,
-    generation.next_action_cmd,
-    audit.audit, audit.explain,
-    events.events,
-    conversation.conversation,
-    tools.demo, tools.simulate_cmd, tools.bench,
-    access.tokens, access.serve,
-):
-    main.add_command(command)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -41,7 +41,7 @@ import click
 from commands.tools.bench_kit import _drop, _fresh_url, _sibling
 
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
-KINDS = ("replay", "rebuild", "throughput", "concurrent", "views", "service", "longchat", "chain", "search")
+KINDS = ("replay", "rebuild", "throughput", "concurrent", "views", "service", "longchat", "chain", "search", "startup")
 
 
 def _in_child(kind: str, url: str, events: int, *extra: str) -> dict[str, Any]:
@@ -66,6 +66,10 @@ def run_bench(backends: list[str], pg_url: str, rebuild_events: int, small_event
             "service_commands": service_commands, "long_chat_events": long_chat_events},
         "backends": {},
     }
+    if "startup" in only:  # the CLI's start-up, whole process, beside `python -c pass` (SQLite only)
+        from commands.tools.bench_startup import measure
+
+        results["startup"] = measure()
     with tempfile.TemporaryDirectory() as tmp:
         for backend in backends:
             r: dict[str, Any] = {}
@@ -162,6 +166,11 @@ def _chain_cost(backend: str, pg_url: str, tmp: str, commands: int) -> dict[str,
 
 def print_table(results: dict[str, Any]) -> None:
     click.echo(f"{'backend':<9} {'measure':<34} {'figure':>16} {'baseline':>16} {'ratio':>7} {'target':>7}")
+    for name, x in results.get("startup", {}).items():
+        if name != "python":
+            click.echo(f"{'cli':<9} {'start-up s (median of 5), ' + name:<34} {x['median_s']:>16} "
+                       f"{'python ' + str(results['startup']['python']['median_s']):>16} {'':>7} "
+                       f"{'<' + str(x['target_s']):>7}")
     for backend, r in results["backends"].items():
         if "search" in r:
             x = r["search"]

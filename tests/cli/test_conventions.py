@@ -301,8 +301,9 @@ def _leaf_commands(cmd: Any, path: tuple[str, ...] = ()) -> Any:
     import click
 
     if isinstance(cmd, click.Group):
-        for name, sub in cmd.commands.items():
-            yield from _leaf_commands(sub, (*path, name))
+        ctx = click.Context(cmd)
+        for name in cmd.list_commands(ctx):  # (main loads its commands on first use: ask it for each)
+            yield from _leaf_commands(cmd.get_command(ctx, name), (*path, name))
     else:
         yield path, cmd
 

@@ -52,7 +52,9 @@ NOT_OPENING = {("bench",), ("states",)}
 
 def leaf_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     out = []
-    for name, command in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # (main loads its commands on first use: ask it for each)
+        command = group.get_command(ctx, name)
         if isinstance(command, click.Group):
             out += leaf_paths(command, (*prefix, name))
         else:
