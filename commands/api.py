@@ -9,7 +9,7 @@ it adds no rule of its own. Documented in ``docs/library.md``::
         result = ledger.execute({"type": "set_title", "chat_id": "...", "title": "Build fix"})
         rows = ledger.status(org="8a6f4d2e-1b3c-4d5e-8f70-000000000001")
 
-A refused command raises ``LedgerError`` (``code``, ``message``; CONTRACT §4); ``execute_many`` instead returns
+A refused command raises ``LedgerError`` (``code``, ``message``; docs/commands.md, "Results"); ``execute_many`` instead returns
 one result per command, as ``chat-ledger apply`` prints them.
 """
 
@@ -108,7 +108,7 @@ class Ledger:
     # -- writing -------------------------------------------------------------------------------------------
 
     def execute(self, command: CommandInput) -> dict[str, Any]:
-        """Run one command (a dict, a JSON text or a command Struct); its result (CONTRACT §4). A refusal
+        """Run one command (a dict, a JSON text or a command Struct); its result (docs/commands.md, "Results"). A refusal
         raises ``LedgerError`` and records nothing."""
         return execute(self.app, _command(command))
 
@@ -126,7 +126,7 @@ class Ledger:
         return views.catch_up_views(self.app, self.backend, names)
 
     def status(self, chat_id: Any = None, *, org: Any = None, status: str | None = None) -> list[dict[str, Any]]:
-        """chat_status rows (CONTRACT §5): one chat, or every chat of ``org`` / with ``status``."""
+        """chat_status rows (docs/commands.md, "CLI"): one chat, or every chat of ``org`` / with ``status``."""
         return views.chat_status(self._views("chat_views"), _uuid(chat_id, "chat id"),
                                  _uuid(org, "organization id"), status)
 
@@ -151,7 +151,7 @@ class Ledger:
 
     def show(self, chat_id: Any, at: int | None = None, as_of: str | None = None) -> dict[str, Any]:
         """One chat as it is (or was at stream version ``at`` / time ``as_of``): the status fields, every
-        message (deleted ones too), the queue and the unresolved calls (CONTRACT §5 ``show``), with the
+        message (deleted ones too), the queue and the unresolved calls (docs/commands.md, "CLI" ``show``), with the
         model and the executions as of the same log position."""
         cid = _uuid(chat_id, "chat id")
         assert cid is not None

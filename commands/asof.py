@@ -1,7 +1,7 @@
 """Time-aligned facts: other streams read as of the log position of a chat version.
 
 A past decision is explained or re-decided with the facts as they were then, never today's
-(ARCHITECTURE §9 "Time-aligned facts"): the chat at version V is the fold of its first V events, and the
+(docs/commands.md, "Time-aligned answers"): the chat at version V is the fold of its first V events, and the
 organization's catalog, the deployment, the model-config claims and the tool-call executions are folded
 to the same log position — the notification id of the chat's event at version V (``chat_position``).
 ``Positioned`` reads any stream as of one position (``None``: as of now); ``AsOf`` makes them, keeping a

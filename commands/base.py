@@ -1,4 +1,4 @@
-"""Command messages: msgspec Structs, a tagged union on ``"type"`` (CONTRACT.md §3).
+"""Command messages: msgspec Structs, a tagged union on ``"type"`` (docs/commands.md, "Chat commands").
 
 Every feature module defines its command Structs by subclassing ``Command`` with ``tag="<type>"`` and
 registers a handler with ``@handles(CommandClass)``. ``commands.handler`` assembles the union from the

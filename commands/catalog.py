@@ -1,4 +1,4 @@
-"""Catalog and deployment commands (CONTRACT §3): one Struct per command type and their handlers, and
+"""Catalog and deployment commands (docs/commands.md, "Chat commands"): one Struct per command type and their handlers, and
 ``load_model_facts``, which chat handlers use to read what model resolution needs.
 
 A catalog handler loads the organization's catalog through the application's aggregate cache (a copy

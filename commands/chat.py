@@ -1,7 +1,7 @@
-"""Chat command handlers (CONTRACT §3; the command messages are in ``commands.chat_messages``).
+"""Chat command handlers (docs/commands.md, "Chat commands"; the command messages are in ``commands.chat_messages``).
 
 A handler loads the chat (and, for family operations, its relatives), asks the pure ``decide`` for
-events, records them and returns the CONTRACT §4 result. Model configs: ``create_chat`` always reads the
+events, records them and returns the docs/commands.md, "Results" result. Model configs: ``create_chat`` always reads the
 organization's catalog and the deployment (membership, model selection); other commands read the catalog
 only when ``decide`` asks for it (``ModelFactsNeeded``: an explicit model to validate, a queue promotion
 to re-resolve), through the application's aggregate cache, and decide again with the facts. Repeating a command with an idempotency key
@@ -63,7 +63,7 @@ NIL_UUID = UUID(int=0)
 # -- results --------------------------------------------------------------------------------------------
 
 def chat_result(state: ChatState, events: list[Any]) -> dict[str, Any]:
-    """CONTRACT §4: the chat's state after the command plus what the command inserted."""
+    """docs/commands.md, "Results": the chat's state after the command plus what the command inserted."""
     message_ids: list[int] = []
     result_family: list[str] | None = None
     queued: int | None = None
@@ -87,7 +87,7 @@ def chat_result(state: ChatState, events: list[Any]) -> dict[str, Any]:
             attempt_settings = e.settings
     if queued is not None and queued == promoted:
         # Queued and promoted by this command (an interrupting send finishing an unowned interruption
-        # with an empty queue): the prompt went into history, it is not queued (reference §3.1).
+        # with an empty queue): the prompt went into history, it is not queued (docs/chatd.md §3.1).
         queued = None
     result: dict[str, Any] = {
         "chat_id": str(state.chat_id),

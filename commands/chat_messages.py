@@ -1,4 +1,4 @@
-"""Chat command messages (CONTRACT §3): one Struct per command type, decoded from JSON (a tagged union
+"""Chat command messages (docs/commands.md, "Chat commands"): one Struct per command type, decoded from JSON (a tagged union
 assembled by ``commands.handler``). Their handlers are in ``commands.chat``."""
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ class ClearContext(Command, tag="clear_context", kw_only=True):
 
 
 class _WorkerCommand(Command, kw_only=True):
-    """A worker command (CONTRACT §6): ``fence`` refuses it with ``fence_mismatch`` when the chat is not as
+    """A worker command (docs/commands.md, "Fences"): ``fence`` refuses it with ``fence_mismatch`` when the chat is not as
     the worker expects (``ledger.chat.decide.check_fence``); without one it is not checked."""
 
     chat_id: UUID

@@ -49,7 +49,7 @@ def decode_command(data: bytes | str) -> Command:
     return command
 
 
-#: UUIDs are canonical in commands (CONTRACT §1), but the decoder also takes upper-case and unhyphenated
+#: UUIDs are canonical in commands (docs/commands.md, "Conventions"), but the decoder also takes upper-case and unhyphenated
 #: ones: a command whose text holds something that could be one (or a \u escape) is checked field by field
 _MAYBE_NONCANONICAL = re.compile(rb'"[0-9a-fA-F]{32}"|"[0-9a-fA-F-]*[A-F][0-9a-fA-F-]*"|\\u')
 _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -104,7 +104,7 @@ BOM = b"\xef\xbb\xbf"
 def apply_lines(app: Any, lines: Iterable[bytes | str], stop_on_error: bool = False,
                 out: Callable[[dict[str, Any]], None] = lambda _: None,
                 prepare: Callable[[Command], Command] | None = None) -> tuple[int, int]:
-    """Run JSONL commands in order, handing ``out`` one result line each (CONTRACT §4), as each line is
+    """Run JSONL commands in order, handing ``out`` one result line each (docs/commands.md, "Results"), as each line is
     run (so a caller streaming commands reads each result before sending the next). Returns (ok, refused).
 
     Lines are bytes (``str`` lines are encoded as UTF-8): every non-blank line gets exactly one result,
@@ -139,7 +139,7 @@ def as_line(number: int, line: bytes | str) -> bytes:
 
 def run_line(app: Any, number: int, line: bytes, prepare: Callable[[Command], Command] | None = None,
              ) -> dict[str, Any]:
-    """One non-blank line's result row (CONTRACT §4): ``ok`` with the result, or refused with the error."""
+    """One non-blank line's result row (docs/commands.md, "Results"): ``ok`` with the result, or refused with the error."""
     ctype = None
     try:
         command = decode_command(line)

@@ -1,6 +1,6 @@
 """The one error type the domain raises: a stable code plus a human message.
 
-Codes and fixed messages are part of the public contract (CONTRACT.md §4): never rename one.
+Codes and fixed messages are part of the public contract (docs/commands.md, "Results"): never rename one.
 A refused command records nothing.
 """
 

@@ -6,7 +6,7 @@ uniquely indexed). Every query here names one stream, so it reads that stream's 
 bounded by the stream's length, never by the size of the log. The in-memory recorder (tests) answers
 from its own index.
 
-These are the facts time-aligned replay needs (ARCHITECTURE §9 "Time-aligned facts"): a chat version maps to
+These are the facts time-aligned replay needs (docs/commands.md, "Time-aligned answers"): a chat version maps to
 the notification id of its event, and any other stream is folded "as of" a notification id by loading it
 at the last version it had at that id.
 """

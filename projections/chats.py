@@ -1,4 +1,4 @@
-"""The chat views (CONTRACT §5): tables ``chat_status``, ``unresolved_tool_calls`` and ``chat_queue`` of
+"""The chat views (docs/commands.md, "CLI"): tables ``chat_status``, ``unresolved_tool_calls`` and ``chat_queue`` of
 one projection, ``chat_views``.
 
 It folds each chat stream with the chat's own ``evolve`` (``projections.folding``) and, at the end of

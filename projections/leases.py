@@ -1,4 +1,4 @@
-"""Leases: one writer per projection build at a time (ARCHITECTURE §9, "A lease per build").
+"""Leases: one writer per projection build at a time (docs/architecture.md).
 
 A lease names a build — ``(projection, build)``, ``build`` being a build's version, or ``REBUILD`` for the
 projection's rebuild lease — and is held by one acquisition (a random token) in one thread of one process.

@@ -1,4 +1,4 @@
-"""The ``org_models`` view (CONTRACT §5 ``models``): one row per organization, and one per (organization,
+"""The ``org_models`` view (docs/commands.md, "CLI" ``models``): one row per organization, and one per (organization,
 user) member or user with personal overrides, with what that user gets in each context.
 
 Rows are ``ledger.catalog.views`` of the folded catalog state and the deployment settings *as of the

@@ -1,4 +1,4 @@
-"""CLI commands of the catalog (CONTRACT §5 ``models``, ``resolve-model``) and human forms of the catalog
+"""CLI commands of the catalog (docs/commands.md, "CLI" ``models``, ``resolve-model``) and human forms of the catalog
 and deployment commands."""
 
 from __future__ import annotations

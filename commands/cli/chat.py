@@ -1,4 +1,4 @@
-"""CLI: ``init``, ``apply`` (JSONL commands, CONTRACT §4), the human ``chat ...`` forms and ``show``."""
+"""CLI: ``init``, ``apply`` (JSONL commands, docs/commands.md, "Results"), the human ``chat ...`` forms and ``show``."""
 
 from __future__ import annotations
 
@@ -171,7 +171,7 @@ _chat_command("delete-queued", "delete_queued_message", "Delete a queued prompt.
               click.option("--queued-id", "queued_message_id", type=int, required=True))
 _chat_command("compact", "request_compaction", "Request a manual compaction.")
 _chat_command("clear", "clear_context", "Clear the context (boundary messages).")
-#: a worker command's fence (CONTRACT §6): each option given is checked against the chat
+#: a worker command's fence (docs/commands.md, "Fences"): each option given is checked against the chat
 _FENCE = (click.option("--fence-runner", default=None, metavar="RUNNER", help="Fence: the runner that owns the chat."),
           click.option("--fence-history", type=click.IntRange(min=0), default=None, metavar="N",
                        help="Fence: the chat's history version."),

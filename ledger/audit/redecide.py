@@ -1,7 +1,7 @@
 """Re-deciding recorded decisions (pure): each decision the ledger recorded is made again by the same pure
 function with the facts as of its log position, and any disagreement is reported.
 
-The facts are passed in (ARCHITECTURE §9 "Time-aligned facts"); nothing here reads a store. The service
+The facts are passed in (docs/architecture.md; docs/commands.md, "Time-aligned answers"); nothing here reads a store. The service
 layer (``commands.redecide``) folds each chat once, reads the other streams as of each decision's position
 and calls these functions:
 

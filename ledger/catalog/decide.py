@@ -5,7 +5,7 @@ that look at the state after an earlier event of the same command (the default r
 created, disabled or deleted) see it. A catalog stream starts with ``CatalogStarted``, recorded with the
 first change; the deployment with ``DeploymentStarted``.
 
-The default rule (reference §6.1 ``ensureDefaultChatModelConfig``, kept exact per organization): whenever
+The default rule (docs/chatd.md §6.1 ``ensureDefaultChatModelConfig``, kept exact per organization): whenever
 the organization has a live config it has exactly one default, and the default is usable whenever any
 config is usable. After every change: a usable default stays; otherwise the first usable config (creation
 order, the demoted or deleted one excluded) becomes the default; with no usable config an unusable
@@ -260,8 +260,8 @@ def set_admin_model_override(state: CatalogState | None, em: Emitter, *, organiz
 def set_user_model_override(state: CatalogState | None, em: Emitter, *, organization_id: UUID, topic: str,
                             user_id: UUID, context: str, mode: str, model_config_id: UUID | None,
                             reasoning_effort: str | None, facts: ModelFacts) -> list[Any]:
-    """Reference §6.4, checked in this order: the deployment switch, membership, the mode's fields, the
-    model (usable in this organization, with the CONTRACT errors)."""
+    """docs/chatd.md §6.4, checked in this order: the deployment switch, membership, the mode's fields, the
+    model (usable in this organization, with the documented errors: docs/commands.md, "Errors")."""
     if not facts.deployment.personal_model_overrides_enabled:
         raise LedgerError(*OVERRIDES_DISABLED)
     if state is None or user_id not in state.members:

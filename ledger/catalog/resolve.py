@@ -1,4 +1,4 @@
-"""Which model config a chat uses: pure rules over facts the handler read (reference §6.2–§6.4).
+"""Which model config a chat uses: pure rules over facts the handler read (docs/chatd.md §6.2–§6.4).
 
 * ``ModelFacts`` is what a command handler read of other streams for a chat of one organization: that
   organization's catalog, the deployment settings, and the owning organization of any model config id
@@ -11,7 +11,7 @@
 * ``select_for_create`` / ``validate_explicit`` / ``resolve_kept`` are the command-time rules;
   ``resolve_model`` is the generation-time rule for every context (root, subagents, title generation,
   compaction, advisor). They return or record a ``ModelResolution`` and raise ``LedgerError`` with the
-  CONTRACT codes and messages.
+  the documented codes and messages (docs/commands.md, "Errors").
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ class ModelFacts:
 
 
 def validate_explicit(facts: ModelFacts, model_config_id: UUID) -> ModelResolution:
-    """An explicitly chosen model must be usable in the chat's organization; else the CONTRACT error."""
+    """An explicitly chosen model must be usable in the chat's organization; else the documented error (docs/commands.md, "Errors")."""
     reason = facts.problem(model_config_id)
     if reason is not None:
         raise unusable_error(reason)
@@ -141,7 +141,7 @@ def resolve_kept(facts: ModelFacts, model_config_id: UUID | None, source: Source
 
 def select_for_create(facts: ModelFacts, *, owner_id: UUID, explicit: UUID | None,
                       parent_model_config_id: UUID | None = None, is_child: bool = False) -> ModelResolution:
-    """CreateChat (reference §6.2): membership, then the explicit model, else (a root chat) the owner's
+    """CreateChat (docs/chatd.md §6.2): membership, then the explicit model, else (a root chat) the owner's
     personal ``root`` override when the deployment enables personal overrides and it names a usable model,
     else the organization's usable default. A child chat without an explicit model runs on its parent's
     model when that is usable here, else on the default."""
@@ -216,7 +216,7 @@ def effective_effort(config: ModelConfig, requested: str | None) -> EffortLevel 
 def resolve_model(context: Context, chat: ChatModelFacts, catalog: CatalogState | None,
                   deployment: DeploymentState | None = None, user: UUID | None = None,
                   owners: Mapping[UUID, UUID] | None = None) -> ResolvedModel:
-    """The model ``context`` runs on for ``chat`` (reference §6.3, §6.4). Records nothing.
+    """The model ``context`` runs on for ``chat`` (docs/chatd.md §6.3, §6.4). Records nothing.
 
     * ``root``: the chat's stored model when usable and local, else the organization's usable default
       (``fallback_default`` with the reason), else ``no_default_model``.

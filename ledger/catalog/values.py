@@ -10,7 +10,7 @@ from uuid import UUID
 
 import msgspec
 
-#: reasoning effort scale, lowest first (reference §6.4)
+#: reasoning effort scale, lowest first (docs/chatd.md §6.4)
 EffortLevel = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 EFFORT_SCALE: tuple[str, ...] = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 

@@ -1,4 +1,4 @@
-"""The ``models`` read shape (CONTRACT §5), computed from catalog (and deployment) state by a pure function,
+"""The ``models`` read shape (docs/commands.md, "CLI"), computed from catalog (and deployment) state by a pure function,
 so a projection can materialize the same rows from the same state."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def effective_models(catalog: CatalogState, deployment: DeploymentState, user: U
 
 def models_view(organization_id: UUID, catalog: CatalogState | None, deployment: DeploymentState | None = None,
                 user: UUID | None = None) -> dict[str, Any]:
-    """CONTRACT §5 ``models``: ``organization_id, default_model_config_id, configs, admin_overrides
+    """docs/commands.md, "CLI" ``models``: ``organization_id, default_model_config_id, configs, admin_overrides
     (context -> {model_config_id, usable, reasoning_effort}), members``, plus ``providers`` and
     ``personal_model_overrides_enabled``; with ``user``: ``personal_overrides`` (context -> {mode,
     model_config_id, reasoning_effort, usable}) and ``effective`` (context -> {model_config_id, source,

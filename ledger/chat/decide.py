@@ -1,12 +1,12 @@
 """decide: (state, command input) -> events, or a LedgerError and nothing recorded.
 
-One function per transition of chatd's state machine (spec/chatd-reference.md §3). Each checks the
+One function per transition of chatd's state machine (docs/chatd.md §3). Each checks the
 transition matrix first, then the transition's own preconditions, then builds its events with an
 ``Emitter`` (consecutive versions, the command's timestamp). Ids are decided here, deterministically:
 message ids continue the chat's sequence, default turn ids are uuid5 of the chat and the message (or
 queued prompt) that starts the turn, so replay never needs a clock or a random source.
 
-Model configs (reference §6): decide reads no other stream. A command that may resolve a model (create;
+Model configs (docs/chatd.md §6): decide reads no other stream. A command that may resolve a model (create;
 an explicit model on send/edit; a queue promotion) takes ``models``, the ``ModelFacts`` its handler read
 (the chat organization's catalog, the deployment, the owners of foreign ids). When a command turns out
 to resolve a model and was given no facts, decide raises ``ModelFactsNeeded``; the handler reads them and

@@ -115,7 +115,7 @@ class Draft:
         return outstanding_tool_calls(self.state, dynamic_only, messages=self.index())
 
     def cancel(self, reason: str, dynamic_only: bool = False) -> None:
-        """Synthetic error results for the latest assistant message's outstanding calls (reference §2)."""
+        """Synthetic error results for the latest assistant message's outstanding calls (docs/chatd.md §2)."""
         calls = self.outstanding(dynamic_only)
         if not calls:
             return
@@ -133,7 +133,7 @@ class Draft:
                      prefix: list[MessageInput], hook_allowed_tools: list[str] | None,
                      model_config_id: UUID | None, max_queue_size: int | None = None) -> QueuedPrompt:
         """Append a prompt at the tail. The cap is the send's ``max_queue_size`` (default 20), checked only
-        here, where a row is queued; the count includes a row under edit (chatd-queue-editing.md §8)."""
+        here, where a row is queued; the count includes a row under edit (docs/chatd.md §4.1)."""
         cap = MAX_QUEUE_SIZE if max_queue_size is None else max_queue_size
         if cap <= 0:
             raise invalid_command(f"insert queued: max queue size must be positive, got {cap}")
@@ -157,11 +157,11 @@ class Draft:
 
     def promote_head(self) -> None:
         """Promote the queue head: its hook prefix (stamped with its turn id) then the prompt; its tool
-        policy applied; its reasoning effort carried; its row deleted (reference §4). Never a head under
+        policy applied; its reasoning effort carried; its row deleted (docs/chatd.md §4). Never a head under
         edit (callers pause or end the edit first)."""
         head = self.queue[0]
         assert head.queued_message_id != self.editing, "a queued prompt under edit is never promoted"
-        # Re-resolve the queued model (reference §6.3): kept when usable in the chat's organization, else
+        # Re-resolve the queued model (docs/chatd.md §6.3): kept when usable in the chat's organization, else
         # the organization's usable default; none refuses the promotion (no_default_model).
         if head.model_config_id is not None:
             resolution = resolve_kept(self.facts(), head.model_config_id, "explicit")
@@ -186,7 +186,7 @@ class Draft:
 
     def at_boundary(self) -> None:
         """A turn (or interruption) ended: promote the ready head, or pause at a head under edit (no
-        cancellation, no promotion: chatd-queue-editing.md §4); nothing when the queue is empty."""
+        cancellation, no promotion: docs/chatd.md §4.1); nothing when the queue is empty."""
         if not self.queue:
             return
         if self.head_under_edit():

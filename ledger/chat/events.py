@@ -124,7 +124,7 @@ class QueuedPromptPromoted(ChatEvent):
     """The queue head became the next turn's prompt: its hook prefix (stamped with its turn id) and the
     prompt were inserted, its tool policy applied, its row deleted; the chat runs.
 
-    The prompt's model is re-resolved at promotion (reference §6.3): ``model_config_id`` is the model the
+    The prompt's model is re-resolved at promotion (docs/chatd.md §6.3): ``model_config_id`` is the model the
     turn runs on (the chat's model from now on) and ``model_resolution`` how it was chosen — the queued
     model (or the chat's) when usable in the chat's organization, else the organization's usable default
     with the reason.

@@ -1,4 +1,4 @@
-"""The queue's own commands (chatd-queue-editing.md): delete, promote and edit a queued prompt. Part of the
+"""The queue's own commands (docs/chatd.md §4.1): delete, promote and edit a queued prompt. Part of the
 chat decider's namespace (``ledger.chat.decide`` re-exports them)."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def edit_queued_message(state: ChatState, em: Emitter, *, queued_message_id: int
                         content: list[Part] | None = None, model_config_id: UUID | None = None,
                         reasoning_effort: str | None = None, editing: bool | None = None,
                         models: ModelFacts | None = None) -> list[Any]:
-    """EditQueuedMessage (chatd-queue-editing.md §3): replace a queued prompt's content (with model and
+    """EditQueuedMessage (docs/chatd.md §4.1): replace a queued prompt's content (with model and
     reasoning-effort overrides), begin or end editing it. Checks in order: the matrix; overrides only
     with content (the API's check, before any edit begins); content or editing given; the row exists;
     from P no edit may begin on another row. A no-op (beginning an edit already begun, ending one not

@@ -1,5 +1,5 @@
 """The chat decider's rules shared by its transitions: chatd's transition matrix, the exact texts,
-fences, tool-policy narrowing, titles and deterministic turn ids (spec/chatd-reference.md §2–§3)."""
+fences, tool-policy narrowing, titles and deterministic turn ids (docs/chatd.md §2–§3)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ledger.chat.values import (
 )
 from ledger.errors import LedgerError, invalid_command, transition_not_allowed
 
-# -- reference §2.1: cancellation reasons (exact texts) -----------------------------------------------
+# -- docs/chatd.md §2.1: cancellation reasons (exact texts) -----------------------------------------------
 NEW_USER_MESSAGE = "Tool execution interrupted by new user message"
 QUEUED_PROMOTION = "Tool execution interrupted by queued message promotion"
 USER_MESSAGE = "Tool execution interrupted by user message"
@@ -24,7 +24,7 @@ INTERRUPTED_BY_USER = "Tool execution interrupted by user"
 TIMED_OUT = "Tool execution timed out"
 CHAT_ENDED = "Tool execution interrupted because the chat was ended"
 INVALID_STATE_CANCELED = "Tool execution canceled due to invalid chat state"
-#: ReconcileInvalidState's default ``last_error`` (chatd-queue-editing.md §7)
+#: ReconcileInvalidState's default ``last_error`` (docs/chatd.md §4.1)
 INVALID_STATE_ERROR = "chat was in an invalid state; send a new message or edit history to continue"
 PAUSED_HEAD_UNDER_EDIT = ("paused_queued_head_under_edit",
                           "chat is paused at a queued message under edit; finish editing, send, or remove it first")
@@ -38,8 +38,8 @@ _LIVE = ("W", "E0", "E1", "R0", "R1", "I0", "I1", "A0", "A1")
 #: busy or error states whose queue head is under edit ("1P")
 _HEAD_UNDER_EDIT = ("E1P", "R1P", "I1P", "A1P")
 
-#: transition -> {from execution state: allowed resulting states} (reference §3, CONTRACT §2, and the
-#: "1P" matrix of chatd-queue-editing.md §2: a 1P state admits what its "1" sibling admits, P is idle)
+#: transition -> {from execution state: allowed resulting states} (docs/chatd.md §3, docs/commands.md, "Conventions", and the
+#: "1P" matrix of docs/chatd.md §4.1: a 1P state admits what its "1" sibling admits, P is idle)
 MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
     "SetArchived": {"W": ("XW",), "E0": ("XE0",), "E1": ("XE1",), "E1P": ("XE1P",),
                     "XW": ("W",), "XE0": ("E0",), "XE1": ("E1",), "XE1P": ("E1P",)},
@@ -75,7 +75,7 @@ MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
     "FinishInterruption": {"I0": ("W",), "I1": ("R0", "R1", "R1P"), "I1P": ("P",)},
     "FinishError": {"W": ("E0",), "R0": ("E0",), "R1": ("E1",), "R1P": ("E1P",)},
     "FailIdle": {"W": ("E0",)},
-    # Inferred (chatd-queue-editing.md §4): EndChat from a 1P state clears the queue with its edit marker
+    # Inferred (docs/chatd.md §4.1): EndChat from a 1P state clears the queue with its edit marker
     # like any queue; P hosts no turn, so no hook outcome can end it.
     "EndChat": {s: ("XW",) for s in _LIVE + _HEAD_UNDER_EDIT},
     "ReconcileInvalidState": {"Invalid": ("E0", "E1", "E1P")},

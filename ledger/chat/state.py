@@ -4,7 +4,7 @@ Message bodies live in the events; the state keeps, per message, its role, flags
 ids it carries, which is what queue, cancellation and tool-result rules read. ``ChatState`` is a mutable
 Struct: ``evolve`` updates it in place (linear replay); two states compare with ``==``.
 
-Queue editing (spec/chatd-queue-editing.md, the ``editing_since`` design): at most one queued prompt is
+Queue editing (docs/chatd.md §4.1, the ``editing_since`` design): at most one queued prompt is
 under edit (its ``QueuedPrompt.editing_since`` is set). A head under edit is never promoted:
 a busy or error chat whose *head* is under edit classifies as E1P/R1P/I1P/A1P (XE1P archived), and a turn
 that ends at such a head leaves the chat ``paused`` (P, idle like W). A row under edit behind the head
@@ -157,7 +157,7 @@ def _last_assistant(msgs: Sequence[MessageInfo]) -> int:
 def outstanding_tool_calls(state: ChatState, dynamic_only: bool = False,
                            count_own_results: bool = True,
                            messages: Sequence[MessageInfo] | None = None) -> list[ToolCall]:
-    """Tool calls of the latest active assistant message with no result yet (reference §5.1).
+    """Tool calls of the latest active assistant message with no result yet (docs/chatd.md §5.1).
 
     Provider-executed calls never count. A result counts when it is in a later active ``tool`` message
     (or, with ``count_own_results``, inside the assistant message itself — the state machine's rule).
@@ -170,7 +170,7 @@ def outstanding_tool_calls(state: ChatState, dynamic_only: bool = False,
 
 
 def unresolved_tool_calls(state: ChatState) -> tuple[MessageInfo | None, list[ToolCall]]:
-    """The latest active assistant message and its unresolved calls, by GEN's rule (reference §5.1):
+    """The latest active assistant message and its unresolved calls, by GEN's rule (docs/chatd.md §5.1):
     results inside the assistant message itself do not count (``outstanding_tool_calls`` with
     ``count_own_results=False``, and the message too)."""
     return _latest_assistant_calls(state.messages, count_own_results=False)

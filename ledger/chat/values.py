@@ -67,7 +67,7 @@ class Usage(msgspec.Struct, gc=False, omit_defaults=True, forbid_unknown_fields=
 
 
 class MessageInput(msgspec.Struct, gc=False, omit_defaults=True, forbid_unknown_fields=True, frozen=True):
-    """A message as a caller submits it (CONTRACT §3 "Message input")."""
+    """A message as a caller submits it (docs/commands.md, "Message input")."""
 
     role: Role
     parts: list[Part]

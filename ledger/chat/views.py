@@ -1,4 +1,4 @@
-"""Read shapes of a chat (CONTRACT §5), computed from its state and, for message bodies, its events.
+"""Read shapes of a chat (docs/commands.md, "CLI"), computed from its state and, for message bodies, its events.
 
 Pure functions: the projections materialize the same rows, and ``show``/``status`` by replay use them
 directly, so "the view equals the fold of the stream" is checkable row for row.
@@ -16,7 +16,7 @@ from ledger.chat import events as ev
 from ledger.chat.state import ChatState, unresolved_tool_calls
 from ledger.chat.values import QueuedPrompt, message_text
 
-#: chattool ToolCallID namespace (reference §5.3, the version the issues pick)
+#: chattool ToolCallID namespace (docs/chatd.md §5.3, the version the issues pick)
 TOOL_CALL_NAMESPACE = UUID("0af4d6d3-691c-45dd-ac54-55ea97970ebc")
 
 
@@ -106,7 +106,7 @@ def unresolved_rows(s: ChatState) -> list[dict[str, Any]]:
 
 
 def unresolved_values(s: ChatState) -> list[dict[str, Any]]:
-    """Unresolved tool calls of the latest assistant message (reference §5.1, GEN's rule)."""
+    """Unresolved tool calls of the latest assistant message (docs/chatd.md §5.1, GEN's rule)."""
     assistant, calls = unresolved_tool_calls(s)
     if not calls:
         return []

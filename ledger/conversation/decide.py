@@ -1,8 +1,8 @@
 """Pure decisions of the Codex-style conversation: ``decide_<operation>(state, ..., emitter) -> events``.
 
 A refusal raises ``LedgerError`` before any event is emitted, so a refused command records nothing
-(the reference's "transactional" rejections). Semantics follow codex-state 0.3.0 (reference §3) on top of
-chat-state 0.5.0 / chatend 0.4.0; the points the reference leaves open (§8.5) are decided as follows:
+(the reference's "transactional" rejections). Semantics follow codex-state 0.3.0 (docs/codex.md §3: "the reference") on top of
+chat-state 0.5.0 / chatend 0.4.0; the points the reference leaves open (docs/codex.md §8.5) are decided as follows:
 
 * **begin sends only the external delta.** ``complete`` moves the submitted frontier past the agent's
   own final text (the provider wrote it, so the live thread knows it); the next ``begin`` sends only the

@@ -1,6 +1,6 @@
-"""Refusals of the conversation: stable codes, and the reference's wording where §3 fixes it.
+"""Refusals of the conversation: stable codes, and the reference's wording where docs/codex.md §3 fixes it.
 
-The messages marked §3 are the exact strings of the reference (codex-state 0.3.0). The others name
+The messages marked §3 are the exact strings of the reference (docs/codex.md §3) (codex-state 0.3.0). The others name
 errors the reference reports as Rust debug values (``RestartError``, Chatend's ``TransitionError`` and
 ``RecoveryError``); they get plain sentences here.
 """

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta, Struct
 
-#: Counters of the reference are ``u64``; the exhaustion errors of §3 fire past this bound. (msgspec
+#: Counters of the reference are ``u64``; the exhaustion errors of docs/codex.md §3 fire past this bound. (msgspec
 #: cannot express it as a ``Meta(le=...)`` bound, so ``decide`` checks it.)
 MAX_U64 = 2**64 - 1
 

@@ -1,4 +1,4 @@
-"""The generation decision: what the worker does next for a running chat (reference §7).
+"""The generation decision: what the worker does next for a running chat (docs/chatd.md §7).
 
 ``next_action(state, settings)`` reproduces chatd's ``decideGenerationAction`` and its history helpers
 (``unresolvedToolCallsFromHistory``, ``historyHasStopAfterToolResult``, ``currentHistoryComplete``,
@@ -243,7 +243,7 @@ def history_complete(state: ChatState) -> bool:
 
 
 def unresolved_calls(state: ChatState) -> tuple[list[PlannedCall], list[PlannedCall]]:
-    """(local, dynamic) unresolved calls of the latest active assistant message (reference §5.1):
+    """(local, dynamic) unresolved calls of the latest active assistant message (docs/chatd.md §5.1):
     provider-executed calls and calls with a result in a later active tool row are resolved."""
     calls = outstanding_tool_calls(state, count_own_results=False)
     if not calls:

@@ -1,4 +1,4 @@
-"""The generation retry schedule (reference §8, chatd ``chatretry`` and ``recordGenerationRetry``).
+"""The generation retry schedule (docs/chatd.md §8, chatd ``chatretry`` and ``recordGenerationRetry``).
 
 Durations are seconds (floats). ``attempt`` is the chat's ``generation_attempt``: 1 for the first model
 or tool action of a history version, counted up by ``record_generation_attempt``.

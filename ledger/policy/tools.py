@@ -1,4 +1,4 @@
-"""Tool-batch policy: the exclusive-tool rule (reference §5.2) and the advisor's eligibility and budget.
+"""Tool-batch policy: the exclusive-tool rule (docs/chatd.md §5.2) and the advisor's eligibility and budget.
 
 Exclusive tools (chatloop ``applyExclusiveToolPolicy``): a batch of at most one call always runs.
 Otherwise, when any call of the batch names an exclusive tool, **no tool of the batch runs**: every call

@@ -5,7 +5,7 @@ one unit of work; these functions only decide. Exactly one ``run`` under concurr
 two first claims both try to write version 1 of the same stream, one save wins, and the other attempt is
 re-decided on the fresh stream, where it finds the claim and gets ``saved``.
 
-Claim (the agent's table, reference 002 §3):
+Claim (docs/chatd.md §5.3):
 
 | record | claim |
 |---|---|

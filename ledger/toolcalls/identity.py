@@ -1,6 +1,6 @@
 """Which tool call a command names, checked against its chat (facts for the pure ``decide``).
 
-The execution id is the deterministic tool-call UUID of reference §5.3 (chattool ``ToolCallID``):
+The execution id is the deterministic tool-call UUID of docs/chatd.md §5.3 (chattool ``ToolCallID``):
 ``uuid5(0af4d6d3-691c-45dd-ac54-55ea97970ebc, "<chat_id>/<assistant_message_id>/<provider_tool_call_id>")``.
 A call whose provider id is empty or repeated within its message has none (``ToolCallIDs``): calls sharing
 an id would get each other's saved responses, so such calls cannot be tracked here.

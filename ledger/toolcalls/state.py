@@ -14,7 +14,7 @@ from ledger.toolcalls import events as ev
 
 Status = Literal["running", "done", "canceled"]
 
-#: reference §5.3 cancel outcome texts (exact)
+#: docs/chatd.md §5.3 cancel outcome texts (exact)
 NOT_RUN_TEXT = "tool call was canceled before it ran; no changes were made"
 CANCELED_WHILE_RUNNING_TEXT = "tool call was canceled while running"
 #: tools whose running call is stopped by a cancel (its result is the canceled JSON below)

@@ -1,4 +1,4 @@
-"""CLI: ``models --json`` (CONTRACT §5 shape) and ``resolve-model --json`` on SQLite and PostgreSQL."""
+"""CLI: ``models --json`` (docs/commands.md, "CLI" shape) and ``resolve-model --json`` on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Catalog and deployment commands: every rule, result and error message (CONTRACT §3, reference §6.1, §6.4)."""
+"""Catalog and deployment commands: every rule, result and error message (docs/commands.md, "Chat commands", docs/chatd.md §6.1, §6.4)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Chats and the catalog: membership and model selection at create, explicit models on send/edit, the
-re-resolution of a queued prompt's model at promotion, and what each event records (reference §6.2, §6.3)."""
+re-resolution of a queued prompt's model at promotion, and what each event records (docs/chatd.md §6.2, §6.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The generation-time resolver (reference §6.3, §6.4): a chat's model at generation, subagent order,
+"""The generation-time resolver (docs/chatd.md §6.3, §6.4): a chat's model at generation, subagent order,
 overrides ignored when unusable or foreign, compaction's context limit, reasoning effort."""
 
 from __future__ import annotations

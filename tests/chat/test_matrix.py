@@ -1,4 +1,4 @@
-"""Every row of the transition matrix (reference §3 and the "1P" matrix of chatd-queue-editing.md §2):
+"""Every row of the transition matrix (docs/chatd.md §3 and the "1P" matrix of docs/chatd.md §4.1):
 accepted from each allowed state with the right resulting state; refused from every other state with
 ``transition_not_allowed`` and the exact message (from Invalid: ``invalid_state``), leaving the stream
 version unchanged. The states include the queue-editing ones (E1P, R1P, I1P, A1P, P, XE1P: prompt 1, the

@@ -1,6 +1,7 @@
-"""Queue editing (spec/chatd-queue-editing.md, the ``editing_since`` design with the "1P" states): the
-worked examples of §9 from upstream's tests, the checks of ``edit_queued_message`` (§3), the paused head
-at the other transitions (§4), ``reconcile_invalid_state`` (§7), through the real handler."""
+"""Queue editing (docs/chatd.md §4.1, upstream's ``editing_since`` design with the "1P" states): the worked
+examples from upstream's tests, the checks of ``edit_queued_message``, the paused head at the other
+transitions, ``reconcile_invalid_state``, through the real handler. (The § marks below number the sections of
+upstream's design document, which docs/chatd.md §4.1 summarizes.)"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Per-transition behaviour of reference §3.1 and §4: queue, hook prefixes and policies, cancellations,
+"""Per-transition behaviour of docs/chatd.md §3.1 and §4: queue, hook prefixes and policies, cancellations,
 requires-action, edit, compaction, ownership, families."""
 
 from __future__ import annotations
@@ -282,7 +282,7 @@ def test_unowned_interrupting_send_promotes_the_new_prompt(memory_app):
     assistant_calls(memory_app, chat_id, ("c1", "execute"))
     result = run(memory_app, type="send_message", chat_id=chat_id, text="instead", busy_behavior="interrupt")
     assert result["execution_state"] == "R0"
-    # queued and promoted by this command: reported as inserted, not queued (reference §3.1)
+    # queued and promoted by this command: reported as inserted, not queued (docs/chatd.md §3.1)
     assert "queued_message_id" not in result and result["promoted_queued_message_id"] == 1
     prompt = messages(memory_app, chat_id)[-1]
     assert result["message_ids"][-1] == prompt["message_id"]

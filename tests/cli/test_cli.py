@@ -1,4 +1,4 @@
-"""The ``chat-ledger`` command line (CONTRACT §4, §5) through click's CliRunner, on SQLite and PostgreSQL."""
+"""The ``chat-ledger`` command line (docs/commands.md, "Results" and "CLI") through click's CliRunner, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ QUEUE_KEYS = {"chat_id", "queued_message_id", "position", "created_by", "text", 
               "hook_allowed_tools", "model_config_id", "reasoning_effort", "editing_since"}
 UNRESOLVED_KEYS = {"chat_id", "assistant_message_id", "tool_call_id", "tool_name", "kind", "execution_id", "args",
                    "since"}
-#: every chat command result has these (CONTRACT §4); others "as relevant" (and fields may be added)
+#: every chat command result has these (docs/commands.md, "Results"); others "as relevant" (and fields may be added)
 RESULT_KEYS = {"chat_id", "status", "execution_state", "archived", "queue_length", "version"}
 CHAT_COMMAND_TYPES = {command_type(c) for c in HANDLERS if c.__module__ == "commands.chat_messages"}
 
@@ -83,7 +83,7 @@ def new_org(cli: LedgerCLI, *members: str) -> str:
 
 
 def assert_result_shape(result: dict[str, Any]) -> None:
-    """The CONTRACT §4 shape of a chat command result."""
+    """The docs/commands.md, "Results" shape of a chat command result."""
     assert RESULT_KEYS <= set(result), sorted(result)
     UUID(result["chat_id"])
     assert isinstance(result["version"], int) and result["version"] >= 1
@@ -258,7 +258,7 @@ def test_show_json_shape(cli: LedgerCLI, two_chats: dict[str, str]) -> None:
     c = two_chats["c"]
     (data,), result = cli.json_lines("show", c, "--json")
     assert result.exit_code == 0
-    # CONTRACT §5's four keys, and the facts of other streams as of the same position (now, here)
+    # docs/commands.md, "CLI"'s four keys, and the facts of other streams as of the same position (now, here)
     assert set(data) == {"chat", "messages", "queue", "unresolved", "facts_as_of", "model"}
     assert data["facts_as_of"] == {"chat_version": 9, "notification_id": None}
     assert set(data["chat"]) == STATUS_KEYS

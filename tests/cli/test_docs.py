@@ -143,3 +143,47 @@ def test_pip_install_non_editable_then_demo(tmp_path: Path) -> None:
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "Recording 8 scenarios" in demo.stdout and "UNEXPECTED" not in demo.stdout
     assert (run / "chat-ledger.db").exists()
+
+
+# -- citations: every section a doc or a comment cites is in the repository -------------------------------------
+
+#: documents this project does not hold (its source documents lived beside it): never cited
+FOREIGN = re.compile(r"CONTRACT|ARCHITECTURE|spec/|\b[Rr]eference §|chatd-reference|queue-editing\.md")
+CITATION = re.compile(r"\b(?:docs/)?(\w+)\.md §(\d+(?:\.\d+)?)")
+
+
+def numbered_sections(doc: Path) -> set[str]:
+    """The numbers of a document's numbered headings (``## 6. Model configs`` -> "6", ``### 6.1 …`` -> "6.1")."""
+    return {m.group(1) for m in re.finditer(r"^#+\s+(\d+(?:\.\d+)?)\.?\s", doc.read_text(encoding="utf-8"), re.M)}
+
+
+def citations_in_repository() -> list[tuple[str, int, str]]:
+    out = []
+    for path in sorted(REPO.rglob("*")):
+        rel = path.relative_to(REPO)
+        if (path.suffix not in (".py", ".md", ".html", ".toml") or rel.parts[0].startswith(".")
+                or rel == Path("tests/cli/test_docs.py") or "node_modules" in rel.parts):
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            out.append((str(rel), number, line))
+    return out
+
+
+def test_every_citation_resolves_in_the_repository() -> None:
+    """Issue 30, point 7: no doc or comment cites a document the repository does not hold (``CONTRACT §4``,
+    ``spec/…``, "reference §6"); a ``docs/X.md §N`` citation names a numbered heading of that document."""
+    bad = []
+    for rel, number, line in citations_in_repository():
+        if FOREIGN.search(line):
+            bad.append(f"{rel}:{number}: {line.strip()[:100]}")
+        for name, section in CITATION.findall(line):
+            doc = REPO / "docs" / f"{name}.md"
+            if not doc.exists() or section not in numbered_sections(doc):
+                bad.append(f"{rel}:{number}: no section {section} in docs/{name}.md")
+    assert not bad, "citations that do not resolve:\n" + "\n".join(bad)
+
+
+def test_the_citation_check_finds_a_foreign_citation(tmp_path: Path) -> None:
+    assert FOREIGN.search("the result (CONTRACT §4)") and FOREIGN.search("see reference §6.1")
+    assert CITATION.findall("see docs/chatd.md §6.1 and codex.md §3") == [("chatd", "6.1"), ("codex", "3")]
+    assert "6.1" in numbered_sections(REPO / "docs" / "chatd.md") and "99" not in numbered_sections(REPO / "docs" / "chatd.md")

@@ -1,4 +1,4 @@
-"""Table tests of the generation decision (reference §7): one case per branch and per rule of its helpers,
+"""Table tests of the generation decision (docs/chatd.md §7): one case per branch and per rule of its helpers,
 including the cases of chatd's own tests (TestDecisionForcedCompaction, TestCompactionStatusFromHistory,
 TestDecisionDetectsStopAfterToolFromCommittedHistory, TestDecisionDetectsCurrentHistoryCompletion)."""
 

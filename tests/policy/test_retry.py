@@ -1,4 +1,4 @@
-"""The retry schedule (reference §8): Delay(n) = min(1s * 2^n, 60s), 25 attempts, retry-after wins."""
+"""The retry schedule (docs/chatd.md §8): Delay(n) = min(1s * 2^n, 60s), 25 attempts, retry-after wins."""
 
 from __future__ import annotations
 

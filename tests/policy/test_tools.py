@@ -1,4 +1,4 @@
-"""The exclusive-tool batch rule (reference §5.2, chatloop TestExclusiveToolPolicy_*) with its exact texts,
+"""The exclusive-tool batch rule (docs/chatd.md §5.2, chatloop TestExclusiveToolPolicy_*) with its exact texts,
 and the advisor: one eligibility answer, per-turn budget, result variants."""
 
 from __future__ import annotations

@@ -506,7 +506,7 @@ def test_env_translation() -> None:
     assert conninfo_to_dict(own)["tcp_user_timeout"] == "30000" and conninfo_to_dict(own)["keepalives"] == "0"
     assert (pg_env["POSTGRES_HOST"], pg_env["POSTGRES_PORT"], pg_env["POSTGRES_DBNAME"], pg_env["POSTGRES_SCHEMA"]) \
         == ("h", "6000", "db", "s1")
-    assert "POSTGRES_ENABLE_DB_FUNCTIONS" not in pg_env  # ARCHITECTURE §3: keep the default insert path
+    assert "POSTGRES_ENABLE_DB_FUNCTIONS" not in pg_env  # keep the library's default insert path (docs/architecture.md)
 
 
 def test_sqlite_timeout_setting(monkeypatch) -> None:
