@@ -6,6 +6,10 @@ token of their own (recorded with ``issued_by``/``revoked_by`` null). ``commands
 
 from __future__ import annotations
 
+import errno
+import socket
+from typing import Any
+
 import click
 
 from commands.cli.context import Ctx, emit_json, json_option, pass_ctx, print_rows
@@ -26,10 +30,11 @@ def tokens() -> None:
 @click.option("--deployment-admin", is_flag=True, help="May change deployment settings, conversations, tokens.")
 @click.option("--expires-in", "expires_in", default="90d", show_default=True, metavar="DURATION",
               help="How long the token lives: 90d, 12h, 30m, 2w (at most 365d). It ends then, recorded with it.")
+@click.option("--force", is_flag=True, help="Issue it even for an organization this ledger has never seen.")
 @json_option("Print the token (with its secret) as JSON.")
 @pass_ctx
 def tokens_create(c: Ctx, user: str, org: str | None, role: str | None, deployment_admin: bool,
-                  expires_in: str, as_json: bool) -> None:
+                  expires_in: str, force: bool, as_json: bool) -> None:
     """Issue a token. Its secret is printed once: only its SHA-256 is recorded."""
     from commands.tokens import issue_token, parse_duration
 
@@ -39,6 +44,13 @@ def tokens_create(c: Ctx, user: str, org: str | None, role: str | None, deployme
     if org is None and not deployment_admin:
         raise click.UsageError("give --org and --role, or --deployment-admin")
     org_id = c.org_id(org) if org else None
+    if org_id is not None and not force:
+        from commands.catalog import find_catalog
+        from ledger.errors import LedgerError
+
+        if find_catalog(c.app, org_id) is None:  # a typo would make a token that sees nothing
+            raise LedgerError("organization_not_found", f"organization {org_id} was never seen by this ledger "
+                                                        "(no catalog): check --org, or give --force")
     row = issue_token(c.app, user=c.user_id(user, org_id), org=org_id,
                       role=role, deployment_admin=deployment_admin, expires_in=ttl)
     if as_json:
@@ -97,6 +109,22 @@ def tokens_rotate(c: Ctx, token_id: str, overlap: str, expires_in: str, as_json:
     click.echo(f"secret (shown once; send it as `Authorization: Bearer <secret>`): {row['secret']}")
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` and listening (port 0: one the system picks), or a usage error naming
+    the address when it is taken or cannot be had."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (a port in TIME_WAIT is free; one in use is not)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as e:
+        why = "is taken by another process" if e.errno == errno.EADDRINUSE else f"cannot be used: {e.strerror or e}"
+        raise click.UsageError(f"port {port} on {host} {why} (choose another with --port)") from None
+    sock.set_inheritable(True)
+    return sock
+
+
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port to listen on.")
@@ -112,10 +140,11 @@ def tokens_rotate(c: Ctx, token_id: str, overlap: str, expires_in: str, as_json:
               help="The largest request body (larger: 413 request_too_large).")
 @click.option("--header-timeout", type=click.FloatRange(0.1), default=10.0, show_default=True,
               help="Seconds a connection may take to send a request's headers (then 408, and it is closed).")
-@json_option("Announce the address as one JSON object on standard output ({serving, db, openapi}).")
+@click.option("--create", is_flag=True, help="Start a new ledger when --db names none (else: database_not_found).")
+@json_option("Announce the address as one JSON object on standard output ({serving, db, openapi, ui}).")
 @pass_ctx
 def serve(c: Ctx, host: str, port: int, follow: bool, streams_per_token: int, write_rate: float,
-          write_burst: float, max_body_bytes: int, header_timeout: float, as_json: bool) -> None:
+          write_burst: float, max_body_bytes: int, header_timeout: float, create: bool, as_json: bool) -> None:
     """Serve the ledger over HTTP (docs/server.md): commands, views, history, the event log and its live
     stream, web pages at /ui/. Every request needs an API token (`chat-ledger tokens create`)."""
     import uvicorn
@@ -124,13 +153,28 @@ def serve(c: Ctx, host: str, port: int, follow: bool, streams_per_token: int, wr
     from commands.http.limits import Limits
     from commands.http.protocol import protocol
 
-    c.app  # noqa: B018 - open (or create) the ledger first: a bad --db fails here, before listening
+    c.create = create
+    c.app  # noqa: B018 - open the ledger first: a bad --db (or one that does not exist) fails here, before listening
     limits = Limits(streams_per_token=streams_per_token, write_rate=write_rate, write_burst=write_burst)
     app = create_app(c.url, follow=follow, limits=limits, max_body_bytes=max_body_bytes)
-    if as_json:
-        emit_json({"serving": f"http://{host}:{port}", "db": c.where, "openapi": f"http://{host}:{port}/openapi.json"})
-    else:
-        click.echo(f"chat-ledger serving {c.where} on http://{host}:{port} (docs: /openapi.json)", err=True)
+    sock = listening_socket(host, port)
+    bound = sock.getsockname()[1]
+    base = f"http://{host if ':' not in host else f'[{host}]'}:{bound}"
+
+    def announce() -> None:
+        if as_json:
+            emit_json({"serving": base, "db": c.where, "openapi": f"{base}/openapi.json", "ui": f"{base}/ui/"})
+        else:
+            click.echo(f"chat-ledger serving {c.where} on {base} (pages: {base}/ui/; API docs: /openapi.json)",
+                       err=True)
+
+    class Announcing(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if not self.should_exit:  # the app started (the ledger opened) and the socket accepts: say so now
+                announce()
+
     # open event streams never end by themselves: a stop closes them after 2 s
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on",
-                timeout_graceful_shutdown=2, http=protocol(header_timeout))
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2,
+                            http=protocol(header_timeout))
+    Announcing(config).run(sockets=[sock])

@@ -40,7 +40,7 @@ CREATING_COMMANDS = frozenset({
     *(("conversation", name) for name in (
         "start", "arrive", "begin", "stage", "steer", "commit-steer", "complete", "fail", "restart", "recover")),
     ("projections", "catch-up"), ("projections", "rebuild"), ("projections", "follow"),
-    ("tokens", "create"), ("serve",),
+    ("tokens", "create"),
 })
 
 #: command fields that hold an id people type, and what each is called in messages (``Ctx.typed_ids``)
@@ -79,6 +79,7 @@ class Ctx:
 
         self.url = resolve_url(db)
         self.json = as_json  # --json given (anywhere): errors are printed as JSON too
+        self.create = False  # a command's own --create (serve): open the ledger creating it if missing
         self._app: Any = None
         self._backend: Any = None
 
@@ -95,7 +96,7 @@ class Ctx:
     @property
     def app(self) -> Any:
         if self._app is None:
-            create = may_create(command_path(click.get_current_context(silent=True)))
+            create = self.create or may_create(command_path(click.get_current_context(silent=True)))
             from ledger.store import open_app  # (here: --help and --version do not load the store)
 
             self._app = open_app(self.url, create=create)

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 import uuid
+from collections import Counter
 from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -14,6 +15,7 @@ from typing import Any, Callable, Iterator
 import click
 
 from commands.cli.context import STATUS_COLUMNS, Ctx, emit_json, json_option, pass_ctx, print_table
+from commands.catalog import find_catalog
 from commands.handler import apply_lines
 from commands.tools.bench import KINDS, PG_DEFAULT, run_bench
 from commands.tools.bench import print_table as print_bench_table
@@ -21,6 +23,7 @@ from commands.tools.demo import SCENARIOS, expected_refusals, fresh_ids, scenari
 from commands.tools.sim_checks import check_chats, check_decisions
 from commands.tools.simulate import simulate
 from ledger.chat.views import status_row
+from ledger.database import resolve_url
 from ledger.store import redact
 
 __all__ = ["bench", "demo", "simulate_cmd"]
@@ -46,7 +49,8 @@ def demo(c: Ctx, folder: Path | None, sim_chats: int, sim_seed: int, as_json: bo
     recorded: list[str] = []
     scenarios: list[dict[str, Any]] = []
     for path in files:
-        lines, mapping = fresh_ids(path.read_text(encoding="utf-8").splitlines())
+        lines, mapping = fresh_ids(path.read_text(encoding="utf-8").splitlines(),
+                                   keep=lambda org: find_catalog(app, uuid.UUID(org)) is None)
         refusals: list[dict[str, Any]] = []
         ok, refused = apply_lines(app, lines, out=lambda r: refusals.append(r) if not r["ok"] else None)
         expected = expected_refusals(path)
@@ -73,9 +77,14 @@ def demo(c: Ctx, folder: Path | None, sim_chats: int, sim_seed: int, as_json: bo
             print_summary(sim.summary())
     sample = next((d for d in reversed(sim.decisions) if d["action"] == "execute_local_tools"), None) if sim else None
     head = app.head()
+    # the organization with the most chats of this run, and its first chat's owner: who to serve it to
+    orgs = Counter(r["organization_id"] for r in rows)
+    org = orgs.most_common(1)[0][0] if orgs else None
+    user = next((r["owner_id"] for r in rows if r["organization_id"] == org), None)
+    service = {"org": org, "user": user, "chats": orgs.get(org, 0)} if org else None
     if as_json:
         emit_json({"db": redact(c.url), "scenarios": scenarios, "chats": rows,
-                   "simulation": sim.summary() if sim else None, "head": head})
+                   "simulation": sim.summary() if sim else None, "head": head, "service": service})
         return
     click.echo(f"\nThe ledger now holds {head} events. Try:\n"
                f"  chat-ledger status\n  chat-ledger show {rows[0]['chat_id']}\n"
@@ -83,6 +92,12 @@ def demo(c: Ctx, folder: Path | None, sim_chats: int, sim_seed: int, as_json: bo
     if sample is not None:
         click.echo(f"  chat-ledger next-action {sample['chat_id']} --at {sample['version']}   "
                    f"# what the simulated worker did: {sample['action']}")
+    if service is not None:
+        db = "" if c.url == resolve_url(None) else f" --db '{redact(c.url)}'"
+        click.echo(f"\nServe it (organization {org}: {service['chats']} of this run's chats; user {user} owns one):\n"
+                   f"  chat-ledger{db} tokens create --user {user} --org {org} --role admin\n"
+                   f"  chat-ledger{db} serve --port 8080   # then open http://127.0.0.1:8080/ui/ and sign in "
+                   f"with the secret")
 
 
 def _given(param: str) -> bool:

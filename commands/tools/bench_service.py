@@ -93,7 +93,9 @@ def _serve(url: str) -> tuple[subprocess.Popen[bytes], str]:
     import httpx
 
     port = _free_port()
-    argv = [sys.executable, "-m", "commands.cli.main", "--db", url, "serve", "--port", str(port)]
+    # (--create: the ledger may be new; --write-rate 0: the bench measures the service, not its per-token limit)
+    argv = [sys.executable, "-m", "commands.cli.main", "--db", url, "serve", "--port", str(port), "--create",
+            "--write-rate", "0"]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60

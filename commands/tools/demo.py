@@ -7,6 +7,7 @@ import json
 import re
 import uuid
 from pathlib import Path
+from typing import Callable
 
 import commands.tools.scenarios as _scenarios
 
@@ -20,9 +21,11 @@ def scenario_files(folder: Path = SCENARIOS) -> list[Path]:
     return sorted(folder.glob("*.jsonl"))
 
 
-def fresh_ids(lines: list[str]) -> tuple[list[str], dict[str, str]]:
+def fresh_ids(lines: list[str], keep: Callable[[str], bool] = lambda _org: False) -> tuple[list[str], dict[str, str]]:
     """Give the scenario's chats, organizations and model configs new ids, so the demo records new ones on
-    every run. The mapping returned is that of the chats."""
+    every run — but an organization ``keep`` says the ledger has not seen keeps its id, with its model
+    configs (so a first demo on a new ledger has the organizations the README names). The mapping returned is
+    that of the chats."""
     chat_ids: set[str] = set()
     other_ids: set[str] = set()
     for line in lines:
@@ -31,6 +34,8 @@ def fresh_ids(lines: list[str]) -> tuple[list[str], dict[str, str]]:
         obj = json.loads(line)
         if obj.get("type") == "create_chat" and "chat_id" in obj:
             chat_ids.add(obj["chat_id"])
+        if obj.get("organization_id") and keep(obj["organization_id"]):
+            continue
         if obj.get("type") == "create_model_config" and obj.get("model_config_id"):
             other_ids.add(obj["model_config_id"])
         if obj.get("organization_id"):
