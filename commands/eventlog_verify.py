@@ -309,12 +309,12 @@ def unproven_streams(app: Any, head: int) -> list[str]:
 
 
 def verify(app: Any, backend: Any = None, projections: list[Any] | None = None,
-           decisions: bool = False, heads: bool = False) -> dict[str, Any]:
+           decisions: bool = False, heads: bool = False, progress: Any = None) -> dict[str, Any]:
     """Decode, replay and check every stored event, stream by stream, and each stream's hash chain
     (``ledger.chain``: the first break, the digest of the log and, with ``heads``, every stream's head);
     compare the known projections with the fold of the streams at the projections' positions, and report a
     view that stopped at an event; with ``decisions``, re-decide every recorded decision
-    (``commands.redecide``)."""
+    (``commands.redecide``). ``progress(events done, head)`` is called after each stream."""
     chains = LogChains(heads, kept=getattr(app.recorder, "datastore", None) is not None)
     anomalies: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
@@ -346,6 +346,8 @@ def verify(app: Any, backend: Any = None, projections: list[Any] | None = None,
         for sid, notes in _streams(stream_order(app, head)):
             nstreams += 1
             count += len(notes)
+            if progress is not None:
+                progress(count, head)
             st = _Stream()
             at: dict[int, tuple[Any, bool]] = {}  # view index -> (rows at its position, stream broken by then)
 

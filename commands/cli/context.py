@@ -15,7 +15,9 @@ opens the ledger with ``create=False``: on a database, schema or file that does 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator
 from uuid import UUID
@@ -311,21 +313,47 @@ def print_rows(rows: list[dict[str, Any]], as_json: bool, columns: Iterable[str]
 
 
 @contextmanager
-def progress_bar(label: str, lag: int) -> Iterator[Callable[[int, int], None] | None]:
-    """A ``progress(done, total)`` callback drawing a bar on a terminal when there is more than a moment's
-    work (None otherwise: piped output stays quiet)."""
-    if lag < PROGRESS_THRESHOLD or not sys.stderr.isatty():
+def progress_bar(label: str, total: int, threshold: int = PROGRESS_THRESHOLD,
+                 unit: str = "events") -> Iterator[Callable[[int, int], None] | None]:
+    """Progress of long work on stderr, as a ``progress(done, total)`` callback: on a terminal, click's bar with
+    the rate and the time left; elsewhere (a log, a pipe), a line every ``CHAT_LEDGER_PROGRESS_SECONDS``
+    seconds (10 by default) and a last one. None when the work is under ``threshold`` (no bar for a moment's
+    work) — except that the lines are always written when that variable is set (a log asked for them)."""
+    interval = os.environ.get("CHAT_LEDGER_PROGRESS_SECONDS")
+    if total < threshold and interval is None:
         yield None
         return
-    with click.progressbar(length=lag, label=label, file=sys.stderr) as bar:
-        done = [0]
+    started = time.monotonic()
+    done = [0]
 
-        def update(n: int, total: int) -> None:
-            if n > done[0]:
-                bar.update(n - done[0])
-                done[0] = n
+    def rate_and_eta(n: int, of: int) -> str:
+        seconds = max(time.monotonic() - started, 1e-6)
+        rate = n / seconds
+        left = f", {(of - n) / rate:.0f} s left" if rate > 0 and of > n else ""
+        return f"{rate:,.0f} {unit}/s{left}"
 
-        yield update
+    if sys.stderr.isatty():
+        with click.progressbar(length=max(total, 1), label=label, file=sys.stderr, show_pos=True,
+                               item_show_func=lambda _: rate_and_eta(done[0], total)) as bar:
+            def update(n: int, of: int) -> None:
+                if n > done[0]:
+                    bar.length = max(of, n, 1)
+                    bar.update(n - done[0], n)
+                    done[0] = n
+
+            yield update
+        return
+    every = float(interval or 10)
+    last = [started]
+
+    def line(n: int, of: int) -> None:
+        done[0] = n
+        now = time.monotonic()
+        if now - last[0] >= every or n >= of:
+            last[0] = now
+            click.echo(f"{label}: {n:,}/{of:,} {unit} ({rate_and_eta(n, of)})", err=True)
+
+    yield line
 
 
 def caught_up(c: Ctx, names: tuple[str, ...] | None = None) -> Any:

@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import sys
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 import click
 
 from commands import views
-from commands.cli.context import Ctx, emit_json, json_flag, json_lines_flag, json_option, pass_ctx, print_rows
+from commands.cli.context import (
+    Ctx, emit_json, json_flag, json_lines_flag, json_option, pass_ctx, print_rows, progress_bar,
+)
 from commands.eventlog import stats
 from commands.eventlog_transfer import export_lines, import_lines
 from commands.eventlog_verify import verify
@@ -29,8 +33,9 @@ def events() -> None:
 def events_verify(c: Ctx, as_json: bool, no_projections: bool, decisions: bool) -> None:
     """Decode and replay every stored event, check invariants and projections; exit 1 on any anomaly."""
     backend = None if no_projections else c.backend
-    report = verify(c.app, backend, None if no_projections else views.all_projections(c.app), decisions=decisions,
-                    heads=as_json)
+    with progress_bar("verifying", c.app.head()) as progress:
+        report = verify(c.app, backend, None if no_projections else views.all_projections(c.app),
+                        decisions=decisions, heads=as_json, progress=progress)
     if as_json:
         emit_json(report)
     else:
@@ -80,9 +85,14 @@ def events_stats(c: Ctx, as_json: bool) -> None:
 def events_export(c: Ctx, since: int, output: Any, as_json: bool) -> None:
     """Write the stored events as JSON lines (a header line first), in notification order."""
     n = -1
-    for line in export_lines(c.app, since):
-        output.write(line + b"\n")
-        n += 1
+    with progress_bar("exporting", max(c.app.head() - since, 0)) as progress:
+        for line in export_lines(c.app, since):
+            output.write(line + b"\n")
+            n += 1
+            if progress is not None and n % 1000 == 0:
+                progress(n, max(c.app.head() - since, n))
+        if progress is not None:
+            progress(n, n)
     if as_json:
         emit_json({"exported": n}, err=True)
     else:
@@ -99,13 +109,31 @@ def events_export(c: Ctx, since: int, output: Any, as_json: bool) -> None:
 def events_import(c: Ctx, file: Any, unverified: bool, as_json: bool) -> None:
     """Record an export (FILE or - for stdin) into an empty database: every line is checked first, then
     the whole file is recorded in one transaction (all of it or nothing)."""
-    said = (lambda count: click.echo(f"validated {count} events; recording them in one transaction", err=True)) \
-        if sys.stderr.isatty() else None  # long work talks on a terminal only
-    n = import_lines(c.app, file, on_validated=said, unverified=unverified)
+    first = file.readline()  # the header: how many events the export holds (for the progress bar)
+    try:
+        total = int(json.loads(first).get("head", 0))
+    except (ValueError, TypeError, AttributeError):
+        total = 0  # (the import names what is wrong with the header)
+    with progress_bar("validating", total) as progress:
+        said = (lambda count: click.echo(f"validated {count} events; recording them in one transaction", err=True)) \
+            if progress is not None else None
+        n = import_lines(c.app, counted(itertools.chain([first], file), progress, total), on_validated=said,
+                         unverified=unverified)
     if as_json:
         emit_json({"imported": n})
     else:
         click.echo(f"imported {n} events")
+
+
+def counted(lines: Iterable[bytes], progress: Any, total: int) -> Iterator[bytes]:
+    """``lines``, telling ``progress`` every 1,000 (the header aside)."""
+    n = -1
+    for n, line in enumerate(lines):
+        if progress is not None and n and n % 1000 == 0:
+            progress(n, max(total, n))
+        yield line
+    if progress is not None:
+        progress(max(n, 0), max(n, 0))
 
 
 @events.command("rehash")

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 
 import click
 
-from commands.cli.context import STATUS_COLUMNS, Ctx, emit_json, json_option, pass_ctx, print_table
+from commands.cli.context import STATUS_COLUMNS, Ctx, emit_json, json_option, pass_ctx, print_table, progress_bar
 from commands.catalog import find_catalog
 from commands.handler import apply_lines
 from commands.tools.bench import KINDS, PG_DEFAULT, run_bench
@@ -124,26 +124,6 @@ def print_summary(s: dict[str, Any]) -> None:
         click.echo(f"  ANOMALIES: {s['anomalies']}")
 
 
-#: chats between two progress lines when standard error is not a terminal
-PROGRESS_EVERY = 50
-
-
-@contextmanager
-def sim_progress(chats: int) -> Iterator[Callable[[int, int], None]]:
-    """Progress on stderr: a bar on a terminal, else a line every ``PROGRESS_EVERY`` chats (and the last)."""
-    if sys.stderr.isatty():
-        with click.progressbar(length=chats, label="simulating chats", file=sys.stderr) as bar:
-            yield lambda done, total: bar.update(1)
-        return
-    started = time.perf_counter()
-
-    def line(done: int, total: int) -> None:
-        if done % PROGRESS_EVERY == 0 or done == total:
-            click.echo(f"simulated {done}/{total} chats ({time.perf_counter() - started:.1f} s)", err=True)
-
-    yield line
-
-
 @click.command("simulate")
 @click.option("--chats", type=click.IntRange(min=1), default=50, show_default=True, help="Chats to simulate (subagent chats included).")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the fake model and users.")
@@ -162,7 +142,7 @@ def simulate_cmd(c: Ctx, chats: int, seed: int, orgs: int, concurrency: int, sal
     """Drive CHATS chats through the real commands with a deterministic fake model, and summarize."""
     if not as_json:
         click.echo(f"Simulating {chats} chats into {redact(c.url)} ...")
-    with sim_progress(chats) as progress:
+    with progress_bar("simulating chats", chats, threshold=0, unit="chats") as progress:
         sim = simulate(c.app, chats, seed, orgs, salt, concurrency=concurrency, progress=progress)
     summary = sim.summary()
     problems: list[str] = []

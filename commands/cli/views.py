@@ -171,6 +171,10 @@ def projections_status(c: Ctx, as_json: bool) -> None:
     print_rows(rows, as_json, ("projection", "live_version", "version", "position", "head", "lag", "state"))
     if as_json:
         return
+    unbuilt = [s.projection for s in statuses if s.state == "not built"]
+    if unbuilt:
+        click.echo(f"not built: {', '.join(unbuilt)} — a view is built the first time a command reads it; "
+                   "`chat-ledger projections catch-up` builds them now")
     for s in statuses:
         if s.error:
             click.echo(f"{s.projection}: FAILED: {s.error}")

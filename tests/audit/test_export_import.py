@@ -67,14 +67,14 @@ def test_export_import_round_trip(db_url, copy_url, tmp_path):
     assert header["format"] == "chat-ledger-events" and header["version"] == 2 and len(lines) == head + 2
     assert all("json" in json.loads(line) for line in lines[1:20])  # JSON payloads kept as text
     assert all(len(json.loads(line)["hash"]) == 64 for line in lines[1:])  # every event's chain hash
-    out = cli(copy_url, "events", "import", str(export)).output
+    out = cli(copy_url, "events", "import", str(export)).stdout  # (its progress goes to stderr)
     assert out.strip() == f"imported {head + 1} events"
     original, copy = _stored(db_url), _stored(copy_url)
     assert copy == original  # streams, versions, order, topics and payload bytes
-    report = json.loads(cli(copy_url, "events", "verify", "--json").output)
+    report = json.loads(cli(copy_url, "events", "verify", "--json").stdout)
     assert report["ok"] is True and report["events"] == head + 1
     # the copy's chains are the original's: same digest, same head hashes
-    before = json.loads(cli(db_url, "events", "verify", "--json", "--no-projections").output)["chain"]
+    before = json.loads(cli(db_url, "events", "verify", "--json", "--no-projections").stdout)["chain"]
     assert report["chain"]["digest"] == before["digest"] and report["chain"]["heads"] == before["heads"]
     assert report["chain"]["broken"] == report["chain"]["unhashed"] == 0
     cli(db_url, "projections", "rebuild")

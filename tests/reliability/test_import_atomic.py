@@ -173,7 +173,7 @@ def test_sigkill_during_the_import_transaction_then_the_same_command_finishes(db
         assert rerun.returncode == 0, err.decode()
         assert out.decode().strip() == f"imported {total} events"
         _assert_copy_equals_source(url, big_export)
-        report = json.loads(cli(url, "events", "verify", "--json", "--no-projections").output)
+        report = json.loads(cli(url, "events", "verify", "--json", "--no-projections").stdout)
         assert report["ok"] is True and report["events"] == total
         break
     assert caught_open, "the import's transaction was never caught open"
