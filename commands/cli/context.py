@@ -251,13 +251,26 @@ def print_differences(diffs: list[dict[str, Any]], then: str = "then", today: st
         click.echo(f"  {d['field']}: {then} {json.dumps(d['as_of'])}, {today} {json.dumps(d['current'])}")
 
 
-#: the widest a table is printed (columns are cut, the widest first, to fit)
+#: the narrowest a table is cut to on a terminal (columns are cut, the widest first, to fit its width)
 TABLE_WIDTH = 100
 
 
-def print_table(rows: list[dict[str, Any]], columns: Iterable[str], width: int = TABLE_WIDTH) -> None:
-    """Rows as a table of ``columns`` at most ``width`` characters wide; UUIDs at their shortest unique
-    length among the table's ids (at least 8 characters; every command takes them back as prefixes)."""
+def table_width() -> int | None:
+    """How wide a table may be: the terminal's width (at least ``TABLE_WIDTH``) when standard output is one;
+    None — nothing cut — when it is piped or written to a file (a script or a pager gets every character)."""
+    if not sys.stdout.isatty():
+        return None
+    import shutil
+
+    return max(TABLE_WIDTH, shutil.get_terminal_size((TABLE_WIDTH, 24)).columns)
+
+
+def print_table(rows: list[dict[str, Any]], columns: Iterable[str], width: int | None = -1) -> None:
+    """Rows as a table of ``columns`` at most ``width`` characters wide (default: ``table_width()``; None:
+    never cut); UUIDs at their shortest unique length among the table's ids (at least 8 characters; every
+    command takes them back as prefixes)."""
+    if width == -1:
+        width = table_width()
     columns = list(columns)
     if not rows:
         click.echo("(none)")
@@ -265,7 +278,7 @@ def print_table(rows: list[dict[str, Any]], columns: Iterable[str], width: int =
     short = short_ids(str(v) for r in rows for v in r.values() if _is_uuid(v))
     cells = [[cell(r.get(col), short) for col in columns] for r in rows]
     widths = [max(len(col), *(len(row[i]) for row in cells)) for i, col in enumerate(columns)]
-    while sum(widths) + 2 * (len(widths) - 1) > width:
+    while width is not None and sum(widths) + 2 * (len(widths) - 1) > width:
         i = max(range(len(widths)), key=lambda k: widths[k])
         if widths[i] <= 8:
             break

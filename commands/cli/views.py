@@ -7,6 +7,8 @@ appears on a terminal when there is more than a moment's work; piped output stay
 
 from __future__ import annotations
 
+import textwrap
+
 import os
 import signal
 import sys
@@ -19,7 +21,7 @@ import msgspec
 
 from commands import views
 from commands.cli.context import (
-    STATUS_COLUMNS, Ctx, caught_up, emit_json, json_lines_flag, json_option, pass_ctx, print_rows, print_table, progress_bar,
+    STATUS_COLUMNS, TABLE_WIDTH, Ctx, caught_up, emit_json, json_lines_flag, json_option, pass_ctx, print_rows, print_table, progress_bar,
 )
 from ledger.chat.state import state_legend
 from ledger.errors import LedgerError
@@ -173,8 +175,8 @@ def projections_status(c: Ctx, as_json: bool) -> None:
         return
     unbuilt = [s.projection for s in statuses if s.state == "not built"]
     if unbuilt:
-        click.echo(f"not built: {', '.join(unbuilt)} — a view is built the first time a command reads it; "
-                   "`chat-ledger projections catch-up` builds them now")
+        click.echo(textwrap.fill(f"not built: {', '.join(unbuilt)} — a view is built the first time a command "
+                                 "reads it; `chat-ledger projections catch-up` builds them now", width=TABLE_WIDTH))
     for s in statuses:
         if s.error:
             click.echo(f"{s.projection}: FAILED: {s.error}")
