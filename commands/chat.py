@@ -175,6 +175,8 @@ def create_chat(app: Any, cmd: CreateChat) -> dict[str, Any]:
     if cmd.chat_id == NIL_UUID:  # before the reserved ids, in chatd's words (decide checks it again)
         raise invalid_command("chatstate: CreateChatWithID called with nil chat ID")
     refuse_reserved("chat_id", cmd.chat_id)
+    if cmd.owner_id is None:
+        raise invalid_command("invalid command: Object missing required field `owner_id`")
     message = cmd.given_message()
     if cmd.chat_id is not None:
         chat_id = cmd.chat_id

@@ -43,7 +43,9 @@ class _WithUserMessage(Command, kw_only=True):
 
 class CreateChat(_WithUserMessage, tag="create_chat", kw_only=True):
     organization_id: UUID
-    owner_id: UUID
+    #: required — except over HTTP, where it defaults to the token's user (``commands.access.as_caller`` fills
+    #: it in before the handler, which refuses a command still without one, as the decoder used to)
+    owner_id: UUID | None = None
     chat_id: UUID | None = None
     parent_chat_id: UUID | None = None
     title: str | None = None

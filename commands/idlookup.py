@@ -19,7 +19,7 @@ from ledger.errors import LedgerError
 
 #: kind -> (what it is called in messages, its not-found code and message, the first event topics of its streams)
 STREAM_KINDS: dict[str, tuple[str, str, str, tuple[str, ...] | None]] = {
-    "chat": ("chat id", "chat_not_found", "chat not found", ("chat-ledger:chat.ChatCreated",)),
+    "chat": ("chat id", "chat_not_found", "no chat id starts with {prefix}", ("chat-ledger:chat.ChatCreated",)),
     "conversation": ("conversation id", "conversation_not_found", "conversation not found",
                      ("chat-ledger:conversation.ConversationStarted",)),
     "stream": ("stream id", "stream_not_found", "no events recorded for a stream with id prefix {prefix}", None),

@@ -31,7 +31,7 @@ def chat_ids(app: Any) -> Iterator[UUID]:
 def load_chat(app: Any, chat_id: UUID, version: int | None = None) -> Chat:
     agg = app.load(chat_id, version=version)
     if not isinstance(agg, Chat):
-        raise LedgerError("chat_not_found", "chat not found")
+        raise LedgerError("chat_not_found", f"chat {chat_id} not found")
     return agg
 
 
@@ -47,7 +47,7 @@ def chat_events(app: Any, chat_id: UUID) -> list[Any]:
     """Every event of a chat's stream (``chat_not_found`` when the stream is not a chat)."""
     events = app.stream(chat_id)
     if not events or not isinstance(events[0], ev.ChatCreated):
-        raise LedgerError("chat_not_found", "chat not found")
+        raise LedgerError("chat_not_found", f"chat {chat_id} not found")
     return events
 
 

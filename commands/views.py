@@ -136,9 +136,10 @@ def query(backend: Any, name: str, table: str, where: dict[str, Any] | None = No
 
 
 def chat_status(backend: Any, chat_id: Any = None, org: Any = None, status: str | None = None,
-                window: Window = ALL) -> list[dict[str, Any]]:
+                window: Window = ALL, newest_first: bool = False) -> list[dict[str, Any]]:
     """The chat_status view: one chat (``chat_not_found`` if unknown) or every chat, filtered, oldest update
-    first (``window``: ``updated_at`` between since and until, at most limit rows)."""
+    first (or newest, ``newest_first``; ``window``: ``updated_at`` between since and until, then at most limit
+    rows in that order)."""
     where: dict[str, Any] = {}
     if chat_id is not None:
         where["chat_id"] = str(chat_id)
@@ -148,13 +149,13 @@ def chat_status(backend: Any, chat_id: Any = None, org: Any = None, status: str 
         where["status"] = status
     rows = query(backend, "chat_views", "chat_status", where, order_by=["updated_at", "chat_id"])
     if chat_id is not None and not rows:
-        raise LedgerError("chat_not_found", "chat not found")
-    return window.apply(rows, "updated_at")
+        raise LedgerError("chat_not_found", f"chat {chat_id} not found")
+    return window.apply(rows[::-1] if newest_first else rows, "updated_at")
 
 
 def _known_chat(backend: Any, chat_id: Any) -> None:
     if not query(backend, "chat_views", "chat_status", {"chat_id": str(chat_id)}):
-        raise LedgerError("chat_not_found", "chat not found")
+        raise LedgerError("chat_not_found", f"chat {chat_id} not found")
 
 
 def unresolved(backend: Any, chat_id: Any = None, org: Any = None, window: Window = ALL) -> list[dict[str, Any]]:

@@ -63,7 +63,7 @@ def tokens_create(c: Ctx, user: str, org: str | None, role: str | None, deployme
 
 
 @tokens.command("list")
-@json_option("One JSON object per line.")
+@json_option("JSON Lines: one JSON object per line (a token each).")
 @pass_ctx
 def tokens_list(c: Ctx, as_json: bool) -> None:
     """Every token issued (revoked ones too), never a secret."""

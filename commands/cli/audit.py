@@ -21,7 +21,7 @@ from ledger.chain import text as chain_text
 @click.option("--at", "at_version", type=int, default=None, help="Stop at this stream version.")
 @click.option("--as-of", "as_of", default=None, metavar="TIME",
               help="Stop at the last event recorded at or before TIME (ISO 8601, e.g. 2026-01-01T12:00:00Z).")
-@json_option("One JSON object per event.")
+@json_option("JSON Lines: one JSON object per event.")
 @click.option("--html", "html_file", is_flag=False, flag_value="", default=None, metavar="[FILE]",
               help="The audit as a self-contained HTML page, written to FILE or to --output (- or no FILE "
                    "and no --output: standard output).")

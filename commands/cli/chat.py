@@ -39,12 +39,21 @@ def init(c: Ctx, as_json: bool) -> None:
 @click.command()
 @click.argument("file", type=click.File("rb"))
 @click.option("--stop-on-error", is_flag=True, help="Stop at the first refused line.")
+@click.option("--fresh-ids", is_flag=True,
+              help="Give the file's chats, organizations and model configs new ids (as the demo does), so the same "
+                   "file can be run again beside its first run.")
 @json_flag
 @pass_ctx
-def apply(c: Ctx, file: Any, stop_on_error: bool, as_json: bool) -> None:
+def apply(c: Ctx, file: Any, stop_on_error: bool, fresh_ids: bool, as_json: bool) -> None:
     """Execute a JSONL file of commands (FILE or - for stdin); one JSON result line per command, written as
     each command is run (its output is always JSON; --json makes its errors JSON too)."""
-    _, refused = apply_lines(c.app, file, stop_on_error, out=emit_json)
+    lines = file
+    if fresh_ids:
+        from commands.tools.demo import fresh_ids as renamed
+
+        lines, _ = renamed([line.decode("utf-8", "surrogateescape") for line in file])
+        lines = [line.encode("utf-8", "surrogateescape") for line in lines]
+    _, refused = apply_lines(c.app, lines, stop_on_error, out=emit_json)
     sys.exit(1 if refused else 0)
 
 
@@ -256,7 +265,7 @@ def show(c: Ctx, chat_id: str, at_version: int | None, as_json: bool, as_of: str
     for m in data["messages"]:
         flags = "".join(f for f, on in (("D", m["deleted"]), ("C", m["compressed"])) if on)
         click.echo(f"  {m['message_id']:>4} {m['role']:<9} {m['visibility']:<5} {flags:<2} {_summary(m['parts'])}")
-    click.echo("queue:")
+    click.echo("queue:" + ("" if data["queue"] else " (empty)"))
     for q in data["queue"]:
         click.echo(f"  {q['position']:>4} #{q['queued_message_id']} {json.dumps(q['text'])}  "
                    f"tool policy: {tool_policy(q['hook_allowed_tools'])}")

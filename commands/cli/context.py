@@ -212,9 +212,12 @@ def write_output(target: str, text: str) -> None:
     if target == "-":
         click.echo(text, nl=False)
         return
-    with open(target, "w", encoding="utf-8") as f:
-        f.write(text)
-json_lines_flag = json_option("One JSON object per line.")
+    try:
+        with open(target, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:  # a directory that does not exist, one we may not write: the caller's mistake
+        raise click.UsageError(f"cannot write {target}: {e.strerror or e}") from None
+json_lines_flag = json_option("JSON Lines: one JSON object per line (a row each).")
 key_opt = click.option("--idempotency-key", default=None, help="Repeat-safe key for this command.")
 actor_opt = click.option("--actor", default=None, help="Who asks (a user id or a unique prefix of one); recorded.")
 

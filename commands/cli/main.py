@@ -39,7 +39,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "show": ("chat", "show", 'Full state of one chat: messages (deleted ones included), queue, policy, unresolved tool calls.'),
     "simulate": ("tools", "simulate_cmd", 'Drive CHATS chats through the real commands with a deterministic fake model, and summarize.'),
     "states": ("views", "states", 'The execution-state codes of `status` and what each means.'),
-    "status": ("views", "status_cmd", 'Chat status (the chat_status view): one chat, or every chat (filters --org, --status), the least recently updated first.'),
+    "status": ("views", "status_cmd", 'Chat status (the chat_status view): one chat, or every chat (filters --org, --status), the least recently updated first (with --limit, the newest first).'),
     "tokens": ("access", "tokens", 'API tokens of the ledger service: issue (shown once), list, rotate, revoke.'),
     "unresolved": ("views", "unresolved", "Unresolved tool calls of each chat's latest assistant message (the unresolved_tool_calls view), in the order the message lists them."),
 }

@@ -130,7 +130,9 @@ def print_summary(s: dict[str, Any]) -> None:
 @click.option("--orgs", type=click.IntRange(min=1), default=3, show_default=True, help="Organizations.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=32, show_default=True,
               help="Chats in flight at once (interleaved).")
-@click.option("--salt", default=None, help="Id salt (default: random, so every run records new chats).")
+@click.option("--salt", default=None,
+              help="Id salt: other ids for the same run. Default: the seed's own, so a seed gives the same ids on a "
+                   "new ledger (and new ones when this ledger already holds its run).")
 @click.option("--check", is_flag=True, help="Then check the invariants on every simulated chat and next-action "
                                             "agreement on a sample of decisions; exit 1 on a problem.")
 @click.option("--check-sample", type=click.IntRange(min=0), default=500, show_default=True,

@@ -66,15 +66,20 @@ batch_size_option = click.option(
 @click.option("--status", "status_filter", default=None,
               type=click.Choice(["waiting", "running", "interrupting", "requires_action", "error", "paused"]))
 @window_options("updated_at")
+@click.option("--sort", type=click.Choice(["oldest", "newest"]), default=None,
+              help="Order by last update: oldest first, or newest first. Default: oldest, but newest with --limit "
+                   "(--limit N shows the N chats updated last).")
 @json_lines_flag
 @pass_ctx
 def status_cmd(c: Ctx, chat_id: str | None, org: str | None, status_filter: str | None, limit: int | None,
-               since: str | None, until: str | None, as_json: bool) -> None:
+               since: str | None, until: str | None, sort: str | None, as_json: bool) -> None:
     """Chat status (the chat_status view): one chat, or every chat (filters --org, --status), the least
-    recently updated first. `chat-ledger states` explains the execution states."""
+    recently updated first (with --limit, the newest first). `chat-ledger states` explains the execution
+    states."""
     cid, oid = c.chat_id(chat_id) if chat_id else None, c.org_id(org) if org else None
+    newest = sort == "newest" or (sort is None and limit is not None)
     rows = views.chat_status(caught_up(c, ("chat_views",)), cid, oid, status_filter,
-                             views.Window(limit, since, until))
+                             views.Window(limit, since, until), newest_first=newest)
     print_rows(rows, as_json, STATUS_COLUMNS)
 
 
@@ -287,7 +292,7 @@ def _restore_signals(previous: dict[int, Any]) -> None:
 @click.option("--poll", "poll_interval", type=float, default=1.0, show_default=True, help="Polling interval (s).")
 @click.option("--for", "duration", type=float, default=None, help="Stop after this many seconds.")
 @batch_size_option
-@json_option("One JSON object per batch on standard output ({time, projection, applied, total, head}), also on a "
+@json_option("JSON Lines: one JSON object per batch on standard output ({time, projection, applied, total, head}), also on a "
              "terminal.")
 @pass_ctx
 def projections_follow(c: Ctx, poll_interval: float, duration: float | None, batch_size: int, as_json: bool) -> None:

@@ -65,7 +65,7 @@ class Simulation(WorkerRole, UserRole):
         self.seed = seed
         self.n_orgs = max(orgs, 1)
         self.rng = random.Random(seed)
-        self.salt = salt if salt is not None else uuid.uuid4().hex  # ids only; decisions never read it
+        self.salt = salt if salt is not None else default_salt(app, seed)  # ids only; decisions never read it
         self.concurrency = concurrency
         self.max_ticks = max_ticks
         self.turns = max(turns, 1)  # at most this many user turns per chat (subagents: half)
@@ -266,6 +266,17 @@ class Simulation(WorkerRole, UserRole):
             "activity": dict(sorted(self.stats.items())),
             "seconds": round(self.seconds, 2),
         }
+
+
+def default_salt(app: Any, seed: int) -> str:
+    """The ids' salt when none is given: the seed's own, so one seed gives the same ids on any new ledger — unless
+    this ledger already holds that run's first organization (a second run of the seed here), then one made
+    from the ledger's head, so the run records new chats beside the first."""
+    from commands.catalog import find_catalog
+
+    salt = f"seed-{seed}"
+    first_org = uuid.UUID(str(uuid.uuid5(NAMESPACE, "/".join([salt, "org", "0"]))))
+    return salt if find_catalog(app, first_org) is None else f"{salt}-at-{app.head()}"
 
 
 def simulate(app: Any, chats: int, seed: int, orgs: int = 3, salt: str | None = None, **kw: Any) -> Simulation:

@@ -423,12 +423,15 @@ def test_demo_runs_twice_on_a_fresh_sqlite_file(tmp_path: Path) -> None:
 ])
 def test_unknown_chat_prints_error_and_exits_1(cli: LedgerCLI, args: list[str]) -> None:
     cli.run("init")
-    result = cli.run(*[a.format(id=uuid4()) for a in args])
+    chat = uuid4()
+    result = cli.run(*[a.format(id=chat) for a in args])
     assert result.exit_code == 1
+    # a read names the chat it did not find; a command answers chatd's own text
+    message = "chat not found" if args[0] == "chat" else f"chat {chat} not found"
     if "--json" in args:  # --json: the error as JSON too
-        assert json.loads(result.stderr) == {"error": {"code": "chat_not_found", "message": "chat not found"}}
+        assert json.loads(result.stderr) == {"error": {"code": "chat_not_found", "message": message}}
     else:
-        assert result.stderr == "error: chat_not_found: chat not found\n"
+        assert result.stderr == f"error: chat_not_found: {message}\n"
     assert result.stdout == ""
 
 

@@ -235,7 +235,7 @@ def test_short_ids_shown_and_accepted(cli: LedgerCLI, ledger: dict[str, str]) ->
     ambiguous = cli.run("show", "abcdef12")
     assert ambiguous.exit_code == 1 and ambiguous.stderr.startswith("error: ambiguous_id: ")
     assert twins[0] in ambiguous.stderr and twins[1] in ambiguous.stderr
-    assert cli.run("show", "abcdef1299").stderr == "error: chat_not_found: chat not found\n"
+    assert cli.run("show", "abcdef1299").stderr == "error: chat_not_found: no chat id starts with abcdef1299\n"
     assert cli.run("show", "ab").stderr.startswith("error: invalid_command: invalid chat id")
     # every kind of id: org and user in models, a turn and a tool call in explain, a stream in audit
     models = json.loads(cli.run("models", "--org", ledger["org"][:9], "--user", ledger["me"][:8], "--json").stdout)
