@@ -95,7 +95,7 @@ def chat_at(app: Any, chat_id: Any, version: int | None = None,
         events = events[:version]
     chat = fast_project(None, events) if events else None
     if not isinstance(chat, Chat):
-        raise LedgerError("chat_not_found", "chat not found")
+        raise LedgerError("chat_not_found", f"chat {chat_id} not found")
     return chat.state, events
 
 

@@ -153,7 +153,9 @@ def test_status_limit_since_until(cli: LedgerCLI, ledger: dict[str, str]) -> Non
     rows, _ = cli.json_lines("status", "--org", ledger["org"], "--json")
     assert [r["chat_id"] for r in rows] == [ledger["chat"], *more]  # least recently updated first
     assert [r["chat_id"] for r in cli.json_lines("status", "--org", ledger["org"], "--json", "--limit", "2")[0]] \
-        == [ledger["chat"], more[0]]
+        == [more[2], more[1]]  # --limit: the chats updated last, newest first
+    assert [r["chat_id"] for r in cli.json_lines("status", "--org", ledger["org"], "--json", "--limit", "2",
+                                                 "--sort", "oldest")[0]] == [ledger["chat"], more[0]]
     middle = rows[1]["updated_at"]
     since, _ = cli.json_lines("status", "--org", ledger["org"], "--json", "--since", middle)
     until, _ = cli.json_lines("status", "--org", ledger["org"], "--json", "--until", middle)
