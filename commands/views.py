@@ -56,8 +56,10 @@ def all_projections(app: Any) -> list[Any]:
     from projections.conversations import conversation_projections
     from projections.org_models import org_model_projections
     from projections.search import search_projections
+    from projections.usage import usage_projections
 
-    return chat_projections(app) + conversation_projections(app) + org_model_projections(app) + search_projections(app)
+    return (chat_projections(app) + conversation_projections(app) + org_model_projections(app)
+            + search_projections(app) + usage_projections(app))
 
 
 def selected(app: Any, names: tuple[str, ...] | None = None) -> list[Any]:
@@ -181,6 +183,23 @@ def chat_queue(backend: Any, chat_id: Any, limit: int | None = None) -> list[dic
     _known_chat(backend, chat_id)
     return Window(limit).apply(query(backend, "chat_views", "chat_queue", {"chat_id": str(chat_id)},
                                      order_by=["position", "queued_message_id"]), "editing_since")
+
+
+def usage(backend: Any, org: Any = None, owner: Any = None) -> dict[str, Any]:
+    """The usage view: each chat's sums (``chat_usage`` rows, most expensive first) and their total, of one
+    organization and/or owner (or every chat)."""
+    from ledger.chat.values import USAGE_FIELDS
+
+    where: dict[str, Any] = {}
+    if org is not None:
+        where["organization_id"] = str(org)
+    if owner is not None:
+        where["owner_id"] = str(owner)
+    rows = [r for r in query(backend, "usage", "chat_usage", where, order_by=["chat_id"]) if r["messages"]]
+    rows.sort(key=lambda r: (-r["total_cost_micros"], -r["total_tokens"], r["chat_id"]))
+    total = {name: sum(r[name] for r in rows) for name in ("messages", *USAGE_FIELDS)}
+    return {"organization_id": str(org) if org else None, "owner_id": str(owner) if owner else None,
+            "chats": len(rows), "total": total, "by_chat": rows}
 
 
 def conversations(backend: Any, conversation_id: Any = None, status: str | None = None,

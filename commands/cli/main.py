@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "states": ("views", "states", 'The execution-state codes of `status` and what each means.'),
     "status": ("views", "status_cmd", 'Chat status (the chat_status view): one chat, or every chat (filters --org, --status), the least recently updated first (with --limit, the newest first).'),
     "tokens": ("access", "tokens", 'API tokens of the ledger service: issue (shown once), list, rotate, revoke.'),
+    "usage": ("views", "usage_cmd", 'What the chats\' messages cost, as the worker reported it (the usage view): each chat\'s tokens, cost and run time, most expensive first, and their total.'),
     "unresolved": ("views", "unresolved", "Unresolved tool calls of each chat's latest assistant message (the unresolved_tool_calls view), in the order the message lists them."),
 }
 

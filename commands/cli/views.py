@@ -27,7 +27,7 @@ from ledger.chat.state import state_legend
 from ledger.errors import LedgerError
 from projections import Follower, status
 
-PROJECTION_NAMES = ("chat_views", "conversations", "org_models", "search")
+PROJECTION_NAMES = ("chat_views", "conversations", "org_models", "search", "usage")
 
 
 def _complete_projection(_ctx: Any, _param: Any, incomplete: str) -> list[str]:
@@ -81,6 +81,28 @@ def status_cmd(c: Ctx, chat_id: str | None, org: str | None, status_filter: str 
     rows = views.chat_status(caught_up(c, ("chat_views",)), cid, oid, status_filter,
                              views.Window(limit, since, until), newest_first=newest)
     print_rows(rows, as_json, STATUS_COLUMNS)
+
+
+@click.command("usage")
+@click.option("--org", default=None, help="Only this organization's chats.")
+@click.option("--owner", default=None, metavar="USER", help="Only chats this user owns.")
+@json_option("Print the sums as one JSON object ({organization_id, owner_id, chats, total, by_chat}).")
+@pass_ctx
+def usage_cmd(c: Ctx, org: str | None, owner: str | None, as_json: bool) -> None:
+    """What the chats' messages cost, as the worker reported it (the usage view): each chat's tokens, cost and
+    run time, most expensive first, and their total."""
+    oid = c.org_id(org) if org else None
+    uid = c.user_id(owner, oid) if owner else None
+    data = views.usage(caught_up(c, ("usage",)), oid, uid)
+    if as_json:
+        emit_json(data)
+        return
+    print_table(data["by_chat"], ("chat_id", "messages", "input_tokens", "output_tokens", "reasoning_tokens",
+                                  "total_tokens", "total_cost_micros", "runtime_ms"))
+    t = data["total"]
+    click.echo(f"total of {data['chats']} chats: {t['input_tokens']:,} in / {t['output_tokens']:,} out tokens "
+               f"({t['reasoning_tokens']:,} reasoning, {t['total_tokens']:,} in all), cost "
+               f"{t['total_cost_micros'] / 1_000_000:.6f}, run time {t['runtime_ms'] / 1000:.1f} s")
 
 
 @click.command("states")

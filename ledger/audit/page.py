@@ -54,9 +54,35 @@ def timeline_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
         pairs = [] if "execution_state" in state else [(k, _value(v)) for k, v in state.items()]
         rows.append({**x, "anchor": f"ev-{x['version']}", "after": duration_text(_seconds(previous, x["time"])),
                      "error": x["type"] in ("TurnFailed", "IdleChatFailed", "InvalidStateReconciled"),
-                     "pairs": pairs})
+                     "pairs": pairs, "usage_text": usage_text(x.get("usage"))})
         previous = x["time"]
     return rows
+
+
+def usage_text(u: dict[str, Any] | None) -> str:
+    """One usage sum as people read it: tokens in/out (cache read/written, reasoning), cost, run time."""
+    if not u:
+        return ""
+    parts = [f"{u['input_tokens']:,} in / {u['output_tokens']:,} out tokens"]
+    if u["cache_read_tokens"] or u["cache_creation_tokens"]:
+        parts.append(f"cache {u['cache_read_tokens']:,} read / {u['cache_creation_tokens']:,} written")
+    if u["reasoning_tokens"]:
+        parts.append(f"{u['reasoning_tokens']:,} reasoning")
+    if u["total_cost_micros"]:
+        parts.append(f"cost {u['total_cost_micros'] / 1_000_000:.6f}")
+    if u["runtime_ms"]:
+        parts.append(f"{u['runtime_ms'] / 1000:.1f} s")
+    return " · ".join(parts)
+
+
+def usage_rows(summary: dict[str, Any] | None) -> list[dict[str, str]]:
+    """The page's usage table: the chat's total first, then each turn's."""
+    if not summary or not summary.get("total"):
+        return []
+    return [{"scope": "chat", "turn_id": None, "text": usage_text(summary["total"]),
+             "messages": str(summary["total"]["messages"])},
+            *({"scope": "turn", "turn_id": t["turn_id"], "text": usage_text(t), "messages": str(t["messages"])}
+              for t in summary["by_turn"])]
 
 
 def chain_line(data: dict[str, Any]) -> str | None:
@@ -223,6 +249,7 @@ def chat_page(data: dict[str, Any], events: list[Any], settings_at: SettingsAt =
         "first": rows[0]["time"] if rows else None, "last": rows[-1]["time"] if rows else None,
         "path": path, "messages": shown_messages, "edits": edits, "turns": turns, "steps": steps,
         "queued": queued, "calls": calls, "errors": errors, "events": rows,
+        "usage": usage_rows(data.get("usage")),
         "ids": shortest_unique(every_id + children + ([str(created.parent_chat_id)] if created.parent_chat_id else [])),
         "model_names": names,
     }

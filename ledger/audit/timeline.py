@@ -13,6 +13,8 @@ from uuid import UUID
 import msgspec
 
 from ledger.base import TOPICS
+from ledger.chat.values import usage_total
+from ledger.chat.views import usage_summary
 from ledger.errors import LedgerError
 
 
@@ -290,7 +292,7 @@ def timeline(events: Iterable[Any], upto: int | None = None) -> dict[str, Any]:
         if upto is not None and e.originator_version > upto:
             break
         state = evolve(state, e)
-        entries.append({
+        entry = {
             "version": e.originator_version,
             "time": iso(e.timestamp),
             "type": _event_type(e),
@@ -299,6 +301,13 @@ def timeline(events: Iterable[Any], upto: int | None = None) -> dict[str, Any]:
             "idempotency_key": e.idempotency_key,
             "summary": summarize(e),
             "state": state_summary(state),
-        })
-    return {"stream_id": str(events[0].originator_id), "aggregate": aggregate_kind(cls),
-            "version": entries[-1]["version"] if entries else 0, "events": entries}
+        }
+        step = usage_total(getattr(e, "messages", None) or ())
+        if step is not None:  # what this step's messages cost (the usage the worker reported with them)
+            entry["usage"] = step
+        entries.append(entry)
+    out = {"stream_id": str(events[0].originator_id), "aggregate": aggregate_kind(cls),
+           "version": entries[-1]["version"] if entries else 0, "events": entries}
+    if cls.__name__ == "Chat":  # the chat's and each turn's totals, as of the version shown
+        out["usage"] = usage_summary(events[:len(entries)])
+    return out

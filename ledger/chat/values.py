@@ -7,7 +7,7 @@ arguments and results, retry payloads) is the only untyped content.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Iterator, Literal, Union
+from typing import Annotated, Any, Iterable, Iterator, Literal, Union
 from uuid import UUID
 
 import msgspec
@@ -59,11 +59,18 @@ Part = Union[TextPart, ReasoningPart, ToolCallPart, ToolResultPart, FilePart]
 
 
 class Usage(msgspec.Struct, gc=False, omit_defaults=True, forbid_unknown_fields=True, frozen=True):
+    """What producing a message cost, as the worker reports it (0: not reported). Fields added later have
+    defaults, and zeros are not stored, so every message recorded before them decodes and re-encodes the same."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_creation_tokens: int = 0
     total_tokens: int = 0
+    reasoning_tokens: int = 0
+    #: the provider's price of the message, in millionths of the currency unit (integers: sums are exact)
+    total_cost_micros: int = 0
+    runtime_ms: int = 0
 
 
 class MessageInput(msgspec.Struct, gc=False, omit_defaults=True, forbid_unknown_fields=True, frozen=True):
@@ -140,7 +147,30 @@ def edited_prompt(prompt: QueuedPrompt, parts: list[Part], model_config_id: UUID
         reasoning_effort=reasoning_effort if reasoning_effort is not None else prompt.reasoning_effort)
 
 
-USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens", "total_tokens")
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens", "total_tokens",
+                "reasoning_tokens", "total_cost_micros", "runtime_ms")
+
+
+def usage_total(messages: Iterable[Any]) -> dict[str, int] | None:
+    """The sum of the messages' usage, field by field (``USAGE_FIELDS``, plus ``messages``: how many reported
+    one); None when none did."""
+    total = dict.fromkeys(USAGE_FIELDS, 0)
+    counted = 0
+    for m in messages:
+        u = getattr(m, "usage", None)
+        if u is None:
+            continue
+        counted += 1
+        for name in USAGE_FIELDS:
+            total[name] += getattr(u, name)
+    return {**total, "messages": counted} if counted else None
+
+
+def add_usage(a: dict[str, int] | None, b: dict[str, int] | None) -> dict[str, int] | None:
+    """Two ``usage_total`` sums added (None is nothing)."""
+    if a is None or b is None:
+        return a if b is None else b
+    return {k: a.get(k, 0) + b.get(k, 0) for k in (*USAGE_FIELDS, "messages")}
 
 
 def input_bound_errors(m: MessageInput, path: str) -> Iterator[str]:

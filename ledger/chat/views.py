@@ -14,7 +14,7 @@ import msgspec
 
 from ledger.chat import events as ev
 from ledger.chat.state import ChatState, unresolved_tool_calls
-from ledger.chat.values import QueuedPrompt, message_text
+from ledger.chat.values import QueuedPrompt, add_usage, message_text, usage_total
 
 #: chattool ToolCallID namespace (docs/chatd.md §5.3, the version the issues pick)
 TOOL_CALL_NAMESPACE = UUID("0af4d6d3-691c-45dd-ac54-55ea97970ebc")
@@ -174,14 +174,33 @@ def message_rows(events: Iterable[Any]) -> list[dict[str, Any]]:
                 "deleted": False,
                 "compressed": m.compressed,
                 "created_at": _s(e.timestamp),
+                "usage": to_jsonable(m.usage) if m.usage is not None else None,
             }
     return [rows[k] for k in sorted(rows)]
 
 
+def usage_summary(events: Iterable[Any]) -> dict[str, Any]:
+    """What the chat's messages cost, as their usage reports it: the whole chat (``total``) and each turn
+    (``by_turn``, in the order the turns began), deleted messages included (what was spent was spent)."""
+    total: dict[str, int] | None = None
+    by_turn: dict[str, dict[str, int] | None] = {}
+    for e in events:
+        for m in getattr(e, "messages", ()) or ():
+            one = usage_total([m])
+            if one is None:
+                continue
+            total = add_usage(total, one)
+            turn = _s(m.turn_id) or "-"
+            by_turn[turn] = add_usage(by_turn.get(turn), one)
+    return {"total": total, "by_turn": [{"turn_id": t, **u} for t, u in by_turn.items() if u]}
+
+
 def show(s: ChatState, events: Iterable[Any]) -> dict[str, Any]:
+    events = list(events)
     return {
         "chat": status_row(s),
         "messages": message_rows(events),
         "queue": queue_rows(s),
         "unresolved": unresolved_rows(s),
+        "usage": usage_summary(events),
     }

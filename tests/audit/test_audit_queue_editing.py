@@ -105,7 +105,7 @@ def test_events_verify_accepts_queue_editing_and_reports_an_imported_invalid_sta
     finally:
         app.close()
     cli(db_url, "projections", "catch-up")
-    report = json.loads(cli(db_url, "events", "verify", "--json").output)
+    report = json.loads(cli(db_url, "events", "verify", "--json").stdout)
     assert report["ok"] is True and report["anomalies"] == []
     views = {p["projection"]: p for p in report["projections"]}
     assert views["chat_views"]["result"] == "equal"
@@ -119,7 +119,7 @@ def test_events_verify_accepts_queue_editing_and_reports_an_imported_invalid_sta
         record_raw(app, chat_id, ev.ArchivedSet, archived=True)  # archives a running chat
     finally:
         app.close()
-    report = json.loads(cli(db_url, "events", "verify", "--json", code=1).output)
+    report = json.loads(cli(db_url, "events", "verify", "--json", code=1).stdout)
     (anomaly,) = report["anomalies"]
     assert anomaly["stream_id"] == chat_id and anomaly["check"] == "invariant"
     assert "invalid execution state Invalid (status running, queue 1, archived True)" in anomaly["reason"]

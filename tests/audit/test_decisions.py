@@ -38,7 +38,7 @@ from tests.store.rawdb import RawDB
 
 def verify_cli(url: str) -> tuple[int, dict[str, Any]]:
     out = CliRunner().invoke(main, ["--db", url, "events", "verify", "--no-projections", "--decisions", "--json"])
-    return out.exit_code, json.loads(out.output)
+    return out.exit_code, json.loads(out.stdout)  # (progress lines go to stderr)
 
 
 def test_a_simulated_ledger_is_re_decided_equal_and_an_edited_model_is_reported(sqlite_url):

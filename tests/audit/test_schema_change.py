@@ -95,7 +95,7 @@ def test_old_payloads_are_upcast_and_views_equal_the_new_codes(db_url, new_url):
              (json.loads(x) for x in cli(db_url, "events", "stats", "--json").output.splitlines())}
     assert stats[(memo.MemoTagged.TOPIC, 1)]["count"] == 4
     assert stats[(memo.MemoTagged.TOPIC, 1)]["code_class_version"] == 2
-    assert json.loads(cli(db_url, "events", "verify", "--json").output)["ok"] is True
+    assert json.loads(cli(db_url, "events", "verify", "--json").stdout)["ok"] is True
 
     upcast_view, result = build_view_blue_green(db_url)
     assert result.mode == "blue_green" and result.diff.equal and result.switched and result.to_version == 2

@@ -34,7 +34,7 @@ def _two_chats(db_url):
 def test_a_clean_ledger_verifies_and_views_equal_the_fold(db_url):
     a, b, head = _two_chats(db_url)
     cli(db_url, "projections", "catch-up")
-    report = json.loads(cli(db_url, "events", "verify", "--json").output)
+    report = json.loads(cli(db_url, "events", "verify", "--json").stdout)
     assert report["ok"] is True and report["anomalies"] == []
     assert report["events"] == head
     views = {p["projection"]: p for p in report["projections"]}
@@ -54,7 +54,7 @@ def test_lagging_views_are_compared_at_their_position_and_their_lag_reported(db_
         run(app, type="send_message", chat_id=b, text="after the views")  # b is waiting: a new turn
     finally:
         app.close()
-    report = json.loads(cli(db_url, "events", "verify", "--json").output)
+    report = json.loads(cli(db_url, "events", "verify", "--json").stdout)
     assert report["ok"] is True
     views = {p["projection"]: p for p in report["projections"]}
     assert views["chat_views"]["lag"] == 1 and views["chat_views"]["position"] == head
@@ -68,7 +68,7 @@ def test_a_corrupted_payload_and_topic_are_reported_exactly(db_url):
     raw.rewrite(uuid.UUID(a), 3, lambda p: p.update(messages="not a list"))
     raw.set_topic(uuid.UUID(b), 2, "chat-ledger:chat.NoSuchEvent")
     result = cli(db_url, "events", "verify", "--json", code=1)
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert report["ok"] is False
     got = sorted((x["stream_id"], x["version"], x["check"]) for x in report["anomalies"])
     # each edit also breaks its stream's hash chain, at the same version
@@ -95,7 +95,7 @@ def test_a_version_gap_is_reported(db_url):
                                                 topic=stored.topic, state=stored.state)])
     finally:
         app.close()
-    report = json.loads(cli(db_url, "events", "verify", "--json", "--no-projections", code=1).output)
+    report = json.loads(cli(db_url, "events", "verify", "--json", "--no-projections", code=1).stdout)
     assert [(x["stream_id"], x["version"], x["check"]) for x in report["anomalies"]] == [
         (b, last.originator_version + 2, "chain"), (b, last.originator_version + 2, "version")]
     assert report["projections"] == []
@@ -133,7 +133,7 @@ def test_a_view_row_that_disagrees_with_the_fold_is_reported(db_url):
             conn.execute(f'UPDATE "{raw.db.schema}".{TABLE} SET title = %s WHERE chat_id = %s',
                          ("tampered", a))
     result = cli(db_url, "events", "verify", "--json", code=1)
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     (anomaly,) = report["anomalies"]
     assert anomaly["check"] == "projection" and anomaly["stream_id"] == a
     assert anomaly["table"] == "chat_status" and "title" in anomaly["reason"] and "tampered" in anomaly["reason"]

@@ -25,7 +25,7 @@ STATUS_KEYS = {
     "history_version", "worker_id", "runner_id", "message_count", "version", "updated_at",
 }
 MESSAGE_KEYS = {"message_id", "role", "parts", "visibility", "turn_id", "created_by", "model_config_id", "deleted",
-                "compressed", "created_at"}
+                "compressed", "created_at", "usage"}
 QUEUE_KEYS = {"chat_id", "queued_message_id", "position", "created_by", "text", "turn_id", "hook_prefix",
               "hook_allowed_tools", "model_config_id", "reasoning_effort", "editing_since"}
 UNRESOLVED_KEYS = {"chat_id", "assistant_message_id", "tool_call_id", "tool_name", "kind", "execution_id", "args",
@@ -259,7 +259,7 @@ def test_show_json_shape(cli: LedgerCLI, two_chats: dict[str, str]) -> None:
     (data,), result = cli.json_lines("show", c, "--json")
     assert result.exit_code == 0
     # docs/commands.md, "CLI"'s four keys, and the facts of other streams as of the same position (now, here)
-    assert set(data) == {"chat", "messages", "queue", "unresolved", "facts_as_of", "model"}
+    assert set(data) == {"chat", "messages", "queue", "unresolved", "facts_as_of", "model", "usage"}
     assert data["facts_as_of"] == {"chat_version": 9, "notification_id": None}
     assert set(data["chat"]) == STATUS_KEYS
     assert data["chat"]["version"] == 9 and data["chat"]["execution_state"] == "R1"

@@ -188,7 +188,7 @@ def test_explain_at_a_past_version_shows_each_steps_settings_of_then_and_the_fen
 def test_the_recorded_attempt_is_re_decided_equal_with_the_facts_of_its_position(recorded):
     out = CliRunner().invoke(main, ["--db", recorded["url"], "events", "verify", "--no-projections", "--decisions",
                                     "--json"])
-    report = json.loads(out.output)
+    report = json.loads(out.stdout)
     assert out.exit_code == 0 and report["ok"], report["anomalies"]
     # the two attempts (one before the tool call, one at the decision point) and the creation's model
     assert report["decisions"]["checked"]["attempt_settings"] == 2

@@ -161,7 +161,7 @@ def test_a_killed_blue_green_rebuild_leaves_a_build_that_status_lists_and_prune_
             assert sorted(backend.builds("chat_views")) == [V]
             assert backend.live_version("chat_views") == V
         else:  # the next rebuild drops it first, then builds and switches to a build of its own
-            result = json.loads(run_cli(db_url, "projections", "rebuild", "chat_views", "--blue-green", "--json").output)
+            result = json.loads(run_cli(db_url, "projections", "rebuild", "chat_views", "--blue-green", "--json").stdout)
             assert result["switched"] and result["diff"]["equal"] and result["events"] > 0
             assert backend.live_version("chat_views") == result["to_version"] == V + 1
             assert sorted(backend.builds("chat_views")) == [V, V + 1]  # the previous live build is kept

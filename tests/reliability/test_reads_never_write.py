@@ -43,7 +43,8 @@ READ_COMMANDS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("projections", "status"): (), ("projections", "prune"): (), ("conversation", "status"): (),
     ("conversation", "show"): (CONV,), ("projections", "switches"): ("chat_views",),
     ("projections", "rollback"): ("chat_views",), ("tokens", "list"): (), ("tokens", "revoke"): (CHAT,),
-    ("tokens", "rotate"): (CHAT,), ("search",): ("words",),
+    ("tokens", "rotate"): (CHAT,), ("search",): ("words",), ("usage",): (),
+    ("serve",): ("--port", "0"),  # (without --create: a ledger that does not exist is refused before listening)
 }
 READS = [(*path, *args) for path, args in READ_COMMANDS.items()] + [("status",)]
 #: commands that do not open the ledger named by --db at all

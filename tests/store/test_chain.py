@@ -46,7 +46,7 @@ def _version_of(raw: RawDB, stream: uuid.UUID, text: str) -> int:
 
 
 def _verify(db_url: str, code: int) -> dict:
-    return json.loads(cli(db_url, "events", "verify", "--json", "--no-projections", code=code).output)
+    return json.loads(cli(db_url, "events", "verify", "--json", "--no-projections", code=code).stdout)
 
 
 def _chain_anomalies(report: dict) -> list[tuple[str, int]]:

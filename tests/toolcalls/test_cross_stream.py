@@ -36,7 +36,7 @@ def _result(cid: str, tool: str, result, is_error: bool = False) -> dict:
 
 
 def _verify(db_url: str, code: int) -> dict:
-    return json.loads(cli(db_url, "events", "verify", "--json", "--no-projections", code=code).output)
+    return json.loads(cli(db_url, "events", "verify", "--json", "--no-projections", code=code).stdout)
 
 
 def _interrupted(db_url: str, committed_result) -> tuple[str, str]:
