@@ -48,7 +48,9 @@ from commands.metrics import COUNTERS
 from commands.uow import (IN_DOUBT_SECONDS, RECONNECT_SECONDS, UnitOfWork, cached_behind, forget_cached,
                           outcome_unknown, settle, staging, unavailable)
 from ledger.errors import LedgerError
-from ledger.recorders import EXPECTED_VERSIONS, DependencyChanged, SaveInDoubt
+from ledger.recorders import (
+    EXPECTED_VERSIONS, DependencyChanged, ReplicationUnconfirmed, SaveInDoubt, commit_timeout,
+)
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +166,12 @@ class Batch:
             if outcome != "recorded":
                 return "redo"
             forget_cached(self.app, [a.id for a in aggregates])  # the cache did not see this save
+        except ReplicationUnconfirmed as e:  # committed on the primary, unconfirmed: each command says so
+            forget_cached(self.app, [a.id for a in aggregates])
+            self.unknown = [LedgerError("replication_unconfirmed", str(ReplicationUnconfirmed(
+                [s for s in e.stored_events if s.originator_id in set(uow.written())], commit_timeout())))
+                for uow in self.staged]
+            return "unknown"
         except (IntegrityError, LedgerError):
             return "redo"  # another writer first, or a value the database refused: each alone gets its answer
         except PersistenceError as e:

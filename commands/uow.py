@@ -68,7 +68,9 @@ from eventsourcing.persistence import IntegrityError, PersistenceError, StoredEv
 from commands.metrics import COUNTERS
 from ledger.base import DeciderAggregate, LedgerEvent
 from ledger.errors import LedgerError
-from ledger.recorders import EXPECTED_VERSIONS, ConnectionLost, DependencyChanged, SaveInDoubt
+from ledger.recorders import (
+    EXPECTED_VERSIONS, ConnectionLost, DependencyChanged, ReplicationUnconfirmed, SaveInDoubt,
+)
 
 MAX_ATTEMPTS = 12
 #: seconds from a command's start in which a save that failed before COMMIT was sent is tried again
@@ -274,6 +276,11 @@ def run(app: Any, work: Callable[[UnitOfWork], R], max_attempts: int = MAX_ATTEM
                 attempt += 1
                 continue
             conflict = True  # another writer has those versions
+        except ReplicationUnconfirmed as e:
+            # Committed on the primary, not confirmed by a synchronous standby within the bound: not an error of
+            # the command, not a success either. The answer says so; a repeat with the same key settles it.
+            forget_cached(app, uow.written())
+            raise LedgerError("replication_unconfirmed", str(e)) from e
         except ConnectionLost as e:
             # Nothing recorded: the connection failed before COMMIT was sent. Try again while there is time.
             if time.monotonic() - started < RECONNECT_SECONDS:

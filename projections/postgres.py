@@ -95,6 +95,10 @@ _LIVE_HOLDER = (
 COPY_THRESHOLD = 200
 
 
+def _local_commits(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("SET synchronous_commit = local")
+
+
 class PostgresBackend(SqlBackend):
     kind = "postgres"
 
@@ -104,9 +108,12 @@ class PostgresBackend(SqlBackend):
         self.conninfo = conninfo
         self.schema = schema
         self._pin = threading.local()  # .conn, .count: the connection of this thread's leases
+        # The views are derived data, rebuilt from the events at will: their commits need no standby's
+        # confirmation (``synchronous_commit = local``), so a synchronous standby that has gone never holds up a
+        # read that catches a view up, nor the follower
         self.pool = ConnectionPool(conninfo, min_size=1, max_size=pool_size, open=True,
                                    kwargs={"autocommit": True}, check=ConnectionPool.check_connection,
-                                   name=f"projections-{schema}")
+                                   configure=_local_commits, name=f"projections-{schema}")
         try:
             self.pool.wait(timeout=15)
             with self.pool.connection() as conn:

@@ -47,7 +47,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 
 #: options of ``main`` that may also be given after the subcommand (``chat-ledger status --db URL``):
 #: those taking a value, and flags
-GLOBAL_VALUE_OPTIONS = ("--db",)
+GLOBAL_VALUE_OPTIONS = ("--db", "--commit-timeout")
 GLOBAL_FLAGS = ("--json",)
 
 
@@ -147,10 +147,21 @@ Shell completion: eval "$(_CHAT_LEDGER_COMPLETE=bash_source chat-ledger)" (zsh_s
                    "May also follow the command.")
 @click.option("--json", "as_json", is_flag=True,
               help="JSON output (and JSON errors) for the command; may also follow the command.")
+@click.option("--commit-timeout", type=click.FloatRange(min=0.1), default=None, metavar="SECONDS",
+              help="PostgreSQL: the longest a save's statements (its COMMIT waiting for a synchronous standby) may "
+                   "take, then the command answers replication_unconfirmed (committed, not confirmed by a standby) "
+                   "or database_unavailable (nothing recorded). Default 10; also CHAT_LEDGER_COMMIT_TIMEOUT.")
 @click.version_option(__version__, prog_name="chat-ledger")
 @click.pass_context
-def main(ctx: click.Context, db: str | None, as_json: bool) -> None:
+def main(ctx: click.Context, db: str | None, as_json: bool, commit_timeout: float | None) -> None:
     """chat-ledger: an event-sourced ledger for AI-agent chats."""
+    if commit_timeout is not None:  # read by the PostgreSQL recorder when the ledger is opened
+        import os
+
+        before = os.environ.get("CHAT_LEDGER_COMMIT_TIMEOUT")
+        os.environ["CHAT_LEDGER_COMMIT_TIMEOUT"] = str(commit_timeout)
+        ctx.call_on_close(lambda: os.environ.pop("CHAT_LEDGER_COMMIT_TIMEOUT") if before is None
+                          else os.environ.__setitem__("CHAT_LEDGER_COMMIT_TIMEOUT", before))
     state = Ctx(db, as_json)
     ctx.obj = state
     ctx.call_on_close(state.close)

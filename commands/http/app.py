@@ -79,8 +79,14 @@ def _projection_status(svc: Service) -> list[dict[str, Any]]:
 @get("/readyz", sync_to_thread=True, summary="The database is reachable; the views' positions and lag",
      responses=routes.ERRORS)
 def readyz(state: State) -> Ready:
+    """503 ``database_unavailable`` when the database does not answer, ``replication_unconfirmed`` when it
+    cannot confirm a commit now (it waits for a synchronous standby that is not connected)."""
     svc = routes.service(state)
-    return Ready("ok", svc.app.head(), _projection_status(svc))
+    head = svc.app.head()
+    problem = getattr(svc.app.recorder, "commit_confirmation_problem", lambda: None)()
+    if problem is not None:
+        raise LedgerError("replication_unconfirmed", problem)
+    return Ready("ok", head, _projection_status(svc))
 
 
 @get("/metrics", sync_to_thread=True, media_type="text/plain; version=0.0.4",

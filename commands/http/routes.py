@@ -36,7 +36,7 @@ ERRORS = {status: ResponseSpec(ErrorBody, description=text, generate_examples=Fa
     (409, "refused by the ledger's rules (the codes `apply` gives)"),
     (413, "request_too_large: the body is over serve --max-body-bytes"),
     (429, "rate_limited: over the token's write rate or open streams (Retry-After says when to try again)"),
-    (503, "projection_busy, database_unavailable, outcome_unknown"),
+    (503, "projection_busy, database_unavailable, outcome_unknown, replication_unconfirmed"),
 )}
 
 JSONL = "application/x-ndjson"

@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 STATUS = {
     **{code: status for code, (status, _) in REFUSALS.items()},
     "invalid_command": 400, "invalid_request": 400, "version_not_found": 404,
-    "projection_busy": 503, "database_unavailable": 503, "outcome_unknown": 503, "database_error": 500,
+    "projection_busy": 503, "database_unavailable": 503, "outcome_unknown": 503, "replication_unconfirmed": 503,
+    "database_error": 500,
     "internal_error": 500, "projection_error": 500, "undecodable_event": 500, "request_too_large": 413,
 }
 

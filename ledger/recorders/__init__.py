@@ -71,6 +71,40 @@ class SaveInDoubt(PersistenceError):
         self.stored_events = list(stored_events)
 
 
+#: seconds a statement of a save — its COMMIT above all, which waits for a synchronous standby — may take
+#: before it is abandoned (PostgreSQL's ``statement_timeout``, set for the save's transaction only);
+#: ``CHAT_LEDGER_COMMIT_TIMEOUT`` or ``--commit-timeout`` sets it
+COMMIT_TIMEOUT = 10.0
+COMMIT_TIMEOUT_ENV = "CHAT_LEDGER_COMMIT_TIMEOUT"
+
+
+def commit_timeout() -> float:
+    import os
+
+    value = os.environ.get(COMMIT_TIMEOUT_ENV)
+    try:
+        return float(value) if value else COMMIT_TIMEOUT
+    except ValueError:
+        return COMMIT_TIMEOUT
+
+
+class ReplicationUnconfirmed(PersistenceError):
+    """COMMIT waited ``commit_timeout()`` for a synchronous standby and was abandoned: the server committed the
+    save locally, but no standby confirmed it (it would be lost if the primary were lost now)."""
+
+    def __init__(self, stored_events: Sequence[StoredEvent], seconds: float) -> None:
+        first = stored_events[0] if stored_events else None
+        where = f"stream {first.originator_id} version {first.originator_version}" if first else "the save"
+        super().__init__(f"{where} is committed on the primary but no synchronous standby confirmed it within "
+                         f"{seconds:g} s (repeat with the same idempotency key to settle it)")
+        self.stored_events = list(stored_events)
+
+
+class StatementTimedOut(PersistenceError):
+    """A statement of the save before COMMIT did not return within ``commit_timeout()``: it was rolled back,
+    nothing was recorded."""
+
+
 class DependencyChanged(IntegrityError):
     """A stream the decision read is no longer at the version it read."""
 

@@ -4,6 +4,7 @@ reads retried for a bounded time (``ledger.recorders``, which also holds the tim
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 from uuid import UUID
@@ -15,7 +16,8 @@ from psycopg.sql import SQL, Identifier
 
 from ledger.chain import COLUMN
 from ledger.recorders import (
-    EXPECTED_VERSIONS, READ_BACK_LOCK_TIMEOUT, READ_RETRY_SECONDS, ConnectionLost, DependencyChanged, SaveInDoubt,
+    EXPECTED_VERSIONS, READ_BACK_LOCK_TIMEOUT, READ_RETRY_SECONDS, ConnectionLost, DependencyChanged,
+    ReplicationUnconfirmed, SaveInDoubt, StatementTimedOut, commit_timeout,
     stale_versions,
 )
 
@@ -56,6 +58,19 @@ def _connection_failed(conn: Any, error: BaseException) -> bool:
         return True
     cause = error.__cause__ if error.__cause__ is not None else error
     return isinstance(error, (InterfaceError, OperationalError)) and getattr(cause, "sqlstate", None) is None
+
+
+#: how PostgreSQL begins the WARNING it sends when a COMMIT's wait for a synchronous standby is canceled (the
+#: transaction is then committed locally, not confirmed by any standby)
+SYNC_REP_CANCELED = "canceling wait for synchronous replication"
+
+
+def _cancel(conn: Any) -> None:
+    """Ask the server to cancel what ``conn`` is running (a COMMIT waiting for a standby)."""
+    try:
+        getattr(conn, "cancel_safe", conn.cancel)()
+    except Exception:  # noqa: BLE001 - the connection ended meanwhile: nothing left to cancel
+        pass
 
 
 def _piece(e: str) -> str:
@@ -100,6 +115,7 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder):
             " SELECT originator_id, originator_version, topic, state, h FROM c ORDER BY ord"
             " RETURNING notification_id"
         ).format(schema, table, Identifier(self.stored_event_type_name), Identifier(COLUMN))
+        self.timeout_statement = "SET LOCAL statement_timeout = {0}"
         self.column_statement = SQL(
             "SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
             "AND column_name = %s")
@@ -122,7 +138,13 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder):
         ).format(schema, table, id_type)
 
     def create_table(self) -> None:
-        """The tables (with the chain column); a table made before hash chains gets the column."""
+        """The tables (with the chain column); a table made before hash chains gets the column. A ledger whose
+        events table already has the column is left alone: every command that may create a ledger opens it
+        with ``create``, and the library's statements, committed, would make each such command wait for a
+        synchronous standby (unbounded, were it gone) for nothing."""
+        if self.probe_chain_column():
+            self._use_chain(True)
+            return
         super().create_table()
         if not self.probe_chain_column():
             with self.datastore.transaction(commit=True) as curs:
@@ -151,16 +173,28 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder):
         expected: Mapping[UUID, int] = kwargs.get(EXPECTED_VERSIONS) or {}
         conn: Any = None
         commit_sent = False
+        seconds = commit_timeout()
+        unconfirmed: list[str] = []
+        timer: threading.Timer | None = None
+
+        def notice(diag: Any) -> None:  # the server's word that it stopped waiting for a standby
+            if (diag.message_primary or "").startswith(SYNC_REP_CANCELED):
+                unconfirmed.append(diag.message_primary)
+
         try:
             with self.datastore.get_connection() as conn:
                 failure: BaseException | None = None
                 notification_ids: list[int] = []
+                conn.add_notice_handler(notice)
                 # Not in pipeline mode (as the library's recorder is): psycopg 3.3 with libpq 18 leaves the end of
                 # a pipelined statement of more than a few MB in its output buffer and waits for a reply the
                 # server cannot send, forever, holding the table's lock (tests/store/test_large_saves.py).
                 with conn.transaction():
                     with conn.cursor() as curs, conn.cursor() as check:
                         try:
+                            # every statement of this save, COMMIT included, is bounded (a COMMIT waiting for a
+                            # synchronous standby that has gone is canceled, and the server says so: ``notice``)
+                            curs.execute(self.timeout_statement.format(int(seconds * 1000)))
                             self._insert_events(curs, stored_events, **kwargs)
                             if stored_events:  # a version already taken raises IntegrityError here
                                 self._insert_stored_events(curs, stored_events, **kwargs)
@@ -176,16 +210,53 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder):
                     if failure is not None:
                         raise psycopg.Rollback()
                     commit_sent = True  # leaving the block sends COMMIT
+                    # PostgreSQL's statement timeout ends before COMMIT's wait for a synchronous standby: that
+                    # wait is bounded from here, by a cancel request (the server then stops waiting, commits
+                    # locally and says so: ``notice``)
+                    timer = threading.Timer(seconds, _cancel, (conn,))
+                    timer.daemon = True
+                    timer.start()
+                if timer is not None:
+                    timer.cancel()
+                    timer.join()  # (a cancel under way is sent before the connection goes back to the pool)
+                conn.remove_notice_handler(notice)
                 if failure is not None:
+                    if isinstance(failure, psycopg.errors.QueryCanceled):
+                        raise StatementTimedOut(f"a statement of the save took more than {seconds:g} s and was "
+                                                "canceled: nothing was recorded") from failure
                     raise failure
+                if unconfirmed:
+                    raise ReplicationUnconfirmed(stored_events, seconds)
                 return notification_ids
         except Exception as e:
-            if isinstance(e, IntegrityError) or not _connection_failed(conn, e):
+            if timer is not None:
+                timer.cancel()
+                timer.join()
+            if conn is not None:
+                try:
+                    conn.remove_notice_handler(notice)
+                except ValueError:
+                    pass
+            if isinstance(e, (IntegrityError, ReplicationUnconfirmed, StatementTimedOut)) or not _connection_failed(conn, e):
                 raise
             if commit_sent:
                 raise SaveInDoubt(stored_events, e) from e
             raise ConnectionLost("connection lost before COMMIT was sent, nothing recorded: "
                                  f"{str(e).strip() or type(e).__name__}") from e
+
+    def commit_confirmation_problem(self) -> str | None:
+        """Why a commit here cannot be confirmed now, or None: the server makes commits wait for a synchronous
+        standby (``synchronous_standby_names``, ``synchronous_commit`` beyond ``local``) and none is connected as
+        one (``pg_stat_replication``). A server with no synchronous standby configured confirms by itself."""
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            curs.execute("SELECT current_setting('synchronous_standby_names') AS names, "
+                         "current_setting('synchronous_commit') AS mode, "
+                         "(SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum')) AS sync")
+            row = curs.fetchone()
+        if not row["names"].strip() or row["mode"] in ("off", "local") or row["sync"]:
+            return None
+        return (f"no synchronous standby is connected (synchronous_standby_names = {row['names']!r}): every commit "
+                f"waits for one, and is answered replication_unconfirmed after {commit_timeout():g} s")
 
     def read_back(self, keys: Sequence[tuple[UUID, int]]) -> dict[tuple[UUID, int], tuple[str, bytes]]:
         """The rows at the ``(originator_id, originator_version)`` keys, read under a SHARE lock on the
