@@ -193,7 +193,7 @@ class Scopes:
 #: * ``parent``: another chat the command writes on (a child is recorded on its parent) — the caller must be
 #:   allowed to write that chat too (a member: a chat they own; an admin: any chat of their organization).
 #: * ``reference``: an id inside the resource's own world (a model config of the organization's catalog, a
-#:   turn of the chat) — the handler refuses one that is not there; it names no user and no other stream.
+#:   turn of the chat, a structured-output request of the chat) — the handler refuses one that is not there; it names no user and no other stream.
 #: * ``worker``: a worker's or runner's own id (not a user): whoever may write the chat may name them.
 FIELD_RULES: dict[str, str] = {
     "actor": "caller", "created_by": "caller", "owner_id": "caller",
@@ -201,6 +201,7 @@ FIELD_RULES: dict[str, str] = {
     "chat_id": "resource", "organization_id": "resource", "conversation_id": "resource",
     "parent_chat_id": "parent",
     "model_config_id": "reference", "requested_model_config_id": "reference", "turn_id": "reference",
+    "request_id": "reference",
     "worker_id": "worker", "runner_id": "worker",
 }
 _CALLER_FIELDS = tuple(name for name, rule in FIELD_RULES.items() if rule == "caller")

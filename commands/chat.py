@@ -316,7 +316,8 @@ def record_generation_attempt(app: Any, cmd: RecordGenerationAttempt) -> dict[st
 
 @handles(FinishTurn)
 def finish_turn(app: Any, cmd: FinishTurn) -> dict[str, Any]:
-    return on_chat(app, cmd, lambda s, em, m: d.finish_turn(s, em, m, fence=cmd.fence), models=True)
+    return on_chat(app, cmd, lambda s, em, m: d.finish_turn(
+        s, em, m, terminal_messages=cmd.terminal_messages, fence=cmd.fence), models=True)
 
 
 @handles(CommitStep)
@@ -350,12 +351,14 @@ def _of_organization(facts: ModelFacts, model_config_id: UUID) -> bool:
 @handles(FinishInterruption)
 def finish_interruption(app: Any, cmd: FinishInterruption) -> dict[str, Any]:
     return on_chat(app, cmd, lambda s, em, m: d.finish_interruption(
-        s, em, partial_messages=cmd.partial_messages, models=m, fence=cmd.fence), models=True)
+        s, em, partial_messages=cmd.partial_messages, terminal_messages=cmd.terminal_messages, models=m,
+        fence=cmd.fence), models=True)
 
 
 @handles(FinishError)
 def finish_error(app: Any, cmd: FinishError) -> dict[str, Any]:
-    return on_chat(app, cmd, lambda s, em: d.finish_error(s, em, error=cmd.error, fence=cmd.fence))
+    return on_chat(app, cmd, lambda s, em: d.finish_error(
+        s, em, error=cmd.error, terminal_messages=cmd.terminal_messages, fence=cmd.fence))
 
 
 @handles(FailIdle)

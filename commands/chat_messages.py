@@ -147,7 +147,9 @@ class EnterRequiresAction(_WorkerCommand, tag="enter_requires_action", kw_only=T
 
 
 class FinishTurn(_WorkerCommand, tag="finish_turn", kw_only=True):
-    pass
+    """``terminal_messages``: chatd's structured-output receipts, recorded with the turn's end."""
+
+    terminal_messages: list[MessageInput] = []
 
 
 class Abandon(Command, tag="abandon", kw_only=True):
@@ -168,10 +170,12 @@ class CommitStep(_WorkerCommand, tag="commit_step", kw_only=True):
 
 class FinishInterruption(_WorkerCommand, tag="finish_interruption", kw_only=True):
     partial_messages: list[MessageInput] = []
+    terminal_messages: list[MessageInput] = []
 
 
 class FinishError(_WorkerCommand, tag="finish_error", kw_only=True):
     error: ChatError
+    terminal_messages: list[MessageInput] = []
 
 
 class FailIdle(Command, tag="fail_idle", kw_only=True):

@@ -245,6 +245,8 @@ _SUMMARIES: dict[str, Any] = {
     + (f" (cascaded from {short(e.cascaded_from)})" if e.cascaded_from else ""),
     "ChatAcquired": lambda e: f"acquired by worker {short(e.worker_id)} (runner {short(e.runner_id)})",
     "ChatAbandoned": lambda e: "ownership released",
+    "OwnershipCleared": lambda e: f"ownership cleared: the idle chat resumed ({e.cause}); worker "
+                                  f"{short(e.worker_id)} released, admission runs again",
     # catalogs
     "CatalogStarted": lambda e: f"catalog of organization {short(e.organization_id)} started",
     "MemberAdded": lambda e: f"member {short(e.user_id)} added",

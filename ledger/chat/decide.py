@@ -182,6 +182,7 @@ def send_message(state: ChatState, em: Emitter, *, message: MessageInput, busy_b
                 tool_policy_before=state.hook_allowed_tools,
                 tool_policy=narrow_tool_policy(state.hook_allowed_tools, hook_allowed_tools),
                 model_config_id=explicit, model_resolution=resolution)
+        d.resumed_from_idle("send_message")
         return em.events
     if st.startswith("A") and interrupt:
         d.cancel(USER_MESSAGE, dynamic_only=True)
@@ -191,6 +192,7 @@ def send_message(state: ChatState, em: Emitter, *, message: MessageInput, busy_b
         # (E1P and P keep the new row queued behind the head under edit: no promotion, status kept.)
         d.cancel(QUEUED_PROMOTION)
         d.promote_head()
+        d.resumed_from_idle("send_message")
     elif interrupt and st.startswith("A"):
         em.emit(ev.InterruptRequested, reason=USER_MESSAGE)
     elif interrupt and st[0] in "RI":
@@ -263,6 +265,7 @@ def edit_message(state: ChatState, em: Emitter, *, message_id: int, message: Mes
             tool_policy_before=state.hook_allowed_tools,
             tool_policy=narrow_tool_policy(state.hook_allowed_tools, hook_allowed_tools),
             model_config_id=explicit, model_resolution=resolution)
+    d.resumed_from_idle("edit_message")
     return em.events
 
 

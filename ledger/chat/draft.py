@@ -16,6 +16,7 @@ from ledger.catalog.resolve import (
 from ledger.catalog.values import ModelResolution
 from ledger.chat import events as ev
 from ledger.chat.rules import (
+    IDLE_STATES,
     QUEUED_PROMOTION,
     narrow_tool_policy,
     turn_id_for,
@@ -34,6 +35,7 @@ from ledger.chat.values import (
     MessageInput,
     QueuedPrompt,
     ToolResultPart,
+    is_receipt,
 )
 from ledger.errors import LedgerError, invalid_command, transition_not_allowed
 
@@ -72,7 +74,7 @@ class Draft:
     def _check_results(self, msg: Message) -> None:
         """A tool call is resolved at most once: a second result for a call of the latest assistant
         message is refused, whoever submits it (a worker step, partial output, a prefix)."""
-        if msg.compressed:
+        if msg.compressed or is_receipt(msg.role, msg.visibility, msg.parts):
             return
         if msg.role == "assistant":
             self._answered = {p.tool_call_id for p in msg.parts if isinstance(p, ToolResultPart)}
@@ -203,6 +205,14 @@ class Draft:
         self.em.emit(ev.InterruptionFinished, messages=msgs, unowned=unowned, **worker_facts(self.state, fence))
         self.at_boundary()
 
+    def resumed_from_idle(self, cause: str) -> None:
+        """The command resumed the chat into running. From an idle state an owned chat's worker and runner
+        are released (``OwnershipCleared``, recorded last) so that admission runs again under the capacity
+        cap; from a busy state, or when nobody owns the chat, nothing is recorded (the owner keeps it)."""
+        s = self.state
+        if s.worker_id is not None and s.execution_state in IDLE_STATES:
+            self.em.emit(ev.OwnershipCleared, cause=cause, worker_id=s.worker_id, runner_id=s.runner_id)
+
     # -- queue events, mirrored on the draft's queue -----------------------------------------------------
     def delete_queued(self, queued_message_id: int) -> None:
         self.em.emit(ev.QueuedPromptDeleted, queued_message_id=queued_message_id)
@@ -222,3 +232,4 @@ class Draft:
         if self.queue:
             self.cancel(QUEUED_PROMOTION)
             self.promote_head()
+            self.resumed_from_idle(cause)

@@ -210,6 +210,20 @@ class ChatResumed(ChatEvent):
     queued_message_id: int | None = None
 
 
+class OwnershipCleared(ChatEvent):
+    """An idle chat (W, E0, E1, E1P or P) resumed into running while a worker owned it: the worker and
+    runner are released, so that acquisition admits the chat again under the capacity cap (chatd's
+    ``TestResumeFromIdleClearsOwnership``). Recorded last by the command that resumed the chat (a send,
+    an edit, a queue promotion, the end of a pause); a resume from a busy state (R, I, A) keeps its owner.
+    ``cause`` names that command; ``worker_id``/``runner_id`` are the owner released."""
+
+    TOPIC = "chat-ledger:chat.OwnershipCleared"
+    class_version: ClassVar[int] = 1
+    cause: str
+    worker_id: UUID
+    runner_id: UUID | None
+
+
 class InvalidStateReconciled(ChatEvent):
     """ReconcileInvalidState: a chat found in an invalid execution state (e.g. from an imported or
     legacy log) was put in the error state, unarchived, its queue (and the edit marker) kept.

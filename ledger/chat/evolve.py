@@ -26,10 +26,13 @@ def _insert(state: ChatState, messages: list[Message], event: Any, prompt_messag
     at = event.timestamp
     msgs = state.messages
     previous = msgs.last_loaded()  # (only to share equal UUID objects: never a read)
+    receipts_only = True
     for n, m in enumerate(messages):
         previous = message_info(m, at, previous, n if m.message_id == prompt_message_id else 0)
         msgs.append(previous)
-    _history_changed(state, event)
+        receipts_only = receipts_only and previous.receipt
+    if not receipts_only:  # (receipts alone close a request: the history the model sees is unchanged)
+        _history_changed(state, event)
 
 
 def _history_changed(state: ChatState, event: Any) -> None:
@@ -314,7 +317,13 @@ def _abandoned(s: ChatState, e: ev.ChatAbandoned) -> None:
     s.runner_id = None
 
 
+def _ownership_cleared(s: ChatState, e: ev.OwnershipCleared) -> None:
+    s.worker_id = None
+    s.runner_id = None
+
+
 _HANDLERS: dict[type, Any] = {
+    ev.OwnershipCleared: _ownership_cleared,
     ev.ChildChatCreated: _child_created,
     ev.TitleSet: _title_set,
     ev.TurnStarted: _turn_started,

@@ -12,7 +12,7 @@ from uuid import UUID
 
 import msgspec
 
-from ledger.chat.values import Message, ToolCallPart, ToolResultPart, Usage
+from ledger.chat.values import Message, ToolCallPart, ToolResultPart, Usage, is_receipt
 
 #: tool names whose call/result marks a context boundary (compaction summary, cleared context)
 BOUNDARY_TOOLS = frozenset({"chat_summarized", "chat_cleared"})
@@ -59,6 +59,9 @@ class MessageInfo(msgspec.Struct, gc=False, array_like=True):
     #: (``TurnStarted`` / ``QueuedPromptPromoted``: ``messages`` before ``prompt_message_id``); 0 for any
     #: other message. An edit soft-deletes these with the prompt (``ledger.chat.decide.stale_hook_prefix``).
     prefix: int = 0
+    #: a structured-output receipt (``ledger.chat.values.is_receipt``): not model output, so readers of the
+    #: history skip it (it never hides an outstanding call)
+    receipt: bool = False
 
 
 def message_info(m: Message, at: datetime, previous: MessageInfo | None = None, prefix: int = 0) -> MessageInfo:
@@ -82,4 +85,5 @@ def message_info(m: Message, at: datetime, previous: MessageInfo | None = None, 
             model_config_id = previous.model_config_id
     return MessageInfo(m.message_id, m.role, m.visibility, turn_id, model_config_id, m.compressed, False,
                        tuple(calls) if calls else (), tuple(results) if results else (),
-                       boundary and m.compressed, at, m.usage, m.context_limit, prefix)
+                       boundary and m.compressed, at, m.usage, m.context_limit, prefix,
+                       m.role == "assistant" and m.visibility == "user" and is_receipt(m.role, m.visibility, m.parts))

@@ -57,6 +57,7 @@ def promote_queued_message(state: ChatState, em: Emitter, *, queued_message_id: 
     else:
         d.cancel(QUEUED_PROMOTION)
         d.promote_head()
+        d.resumed_from_idle("promote_queued_message")
     return em.events
 
 

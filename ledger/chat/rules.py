@@ -35,6 +35,9 @@ TURN_NAMESPACE = UUID("6f0b7c8e-2d4b-5c1e-9a57-3f1c2b0d9e41")
 NIL_CHAT_ID = UUID(int=0)
 
 _LIVE = ("W", "E0", "E1", "R0", "R1", "I0", "I1", "A0", "A1")
+#: the idle execution states: no turn runs. A command that resumes one of them into running clears the
+#: chat's ownership (``Draft.resumed_from_idle``; chatd's ``TestResumeFromIdleClearsOwnership``)
+IDLE_STATES = frozenset(("W", "E0", "E1", "E1P", "P"))
 #: busy or error states whose queue head is under edit ("1P")
 _HEAD_UNDER_EDIT = ("E1P", "R1P", "I1P", "A1P")
 

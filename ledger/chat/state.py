@@ -141,6 +141,11 @@ def active(m: MessageInfo) -> bool:
     return not m.deleted and not m.compressed
 
 
+def model_output(m: MessageInfo) -> bool:
+    """An active assistant message the model wrote (a structured-output receipt is not)."""
+    return m.role == "assistant" and not m.deleted and not m.compressed and not m.receipt
+
+
 def last_assistant_index(state: ChatState) -> int:
     return _last_assistant(state.messages)
 
@@ -149,7 +154,7 @@ def _last_assistant(msgs: Sequence[MessageInfo]) -> int:
     i = len(msgs)
     for m in reversed(msgs):  # (backward iteration: an index reads its chunks only as far as the scan goes)
         i -= 1
-        if m.role == "assistant" and active(m):
+        if model_output(m):
             return i
     return -1
 
@@ -181,7 +186,7 @@ def _latest_assistant_calls(msgs: Sequence[MessageInfo], count_own_results: bool
     """The latest active assistant message and its calls without a result, in one backward pass."""
     answered: set[str] = set()
     for m in reversed(msgs):
-        if m.deleted or m.compressed:
+        if m.deleted or m.compressed or m.receipt:
             continue
         if m.role == "tool" or (m.role == "assistant" and count_own_results):
             for r in m.results:
@@ -203,7 +208,7 @@ def latest_boundary_index(state: ChatState) -> int:
 def has_compactable_history(state: ChatState) -> bool:
     """An uncompressed, non-deleted assistant message exists after the latest context boundary."""
     b = latest_boundary_index(state)
-    return any(m.role == "assistant" and active(m) for m in state.messages[b + 1:])
+    return any(model_output(m) for m in state.messages[b + 1:])
 
 
 def has_clearable_history(state: ChatState) -> bool:

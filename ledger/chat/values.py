@@ -55,7 +55,57 @@ class FilePart(_Part, tag="file"):
     media_type: str | None = None
 
 
-Part = Union[TextPart, ReasoningPart, ToolCallPart, ToolResultPart, FilePart]
+class StructuredOutputError(msgspec.Struct, gc=False, forbid_unknown_fields=True, frozen=True):
+    code: str
+    message: str
+
+
+class StructuredOutputOutcomePart(_Part, tag="structured-output-outcome"):
+    """The outcome of a structured-output request (chatd's receipt part): ``succeeded`` with its ``value``
+    (any JSON, ``null`` included), or ``failed``/``canceled`` with an ``error`` whose code fits the status."""
+
+    request_id: UUID
+    status: Literal["succeeded", "failed", "canceled"]
+    value: Any = msgspec.UNSET
+    error: StructuredOutputError | None = None
+
+
+Part = Union[TextPart, ReasoningPart, ToolCallPart, ToolResultPart, FilePart, StructuredOutputOutcomePart]
+
+#: chatd's outcome error codes, by the status each belongs to (``validOutcome``)
+OUTCOME_ERROR_CODES = {
+    "failed": frozenset({"not_produced", "validation_exhausted", "generation_failed", "configuration_error"}),
+    "canceled": frozenset({"interrupted", "superseded", "queue_deleted"}),
+}
+
+
+def _valid_outcome(o: StructuredOutputOutcomePart) -> bool:
+    if o.request_id.int == 0:
+        return False
+    if o.status == "succeeded":
+        return o.value is not msgspec.UNSET and o.error is None
+    e = o.error
+    return (o.value is msgspec.UNSET and e is not None and 0 < len(e.message) <= 1024
+            and e.code in OUTCOME_ERROR_CODES[o.status])
+
+
+def is_receipt(role: str, visibility: str, parts: Iterable[Any]) -> bool:
+    """A structured-output terminal receipt (chatd ``IsReceiptRow``): an assistant message shown to the user
+    only, whose parts are text and exactly one valid outcome. Receipts close a request without being model
+    output: readers of the history skip them (the latest assistant message, its open calls), and inserting
+    only receipts does not advance ``history_version``."""
+    if role != "assistant" or visibility != "user":
+        return False
+    outcomes = 0
+    for p in parts:
+        t = type(p)
+        if t is StructuredOutputOutcomePart:
+            if not _valid_outcome(p):
+                return False
+            outcomes += 1
+        elif t is not TextPart:
+            return False
+    return outcomes == 1
 
 
 class Usage(msgspec.Struct, gc=False, omit_defaults=True, forbid_unknown_fields=True, frozen=True):

@@ -25,6 +25,7 @@ from ledger.chat.values import (
     ChatError,
     Fence,
     MessageInput,
+    is_receipt,
 )
 from ledger.errors import LedgerError, invalid_command
 
@@ -66,31 +67,53 @@ def commit_step(state: ChatState, em: Emitter, *, messages: list[MessageInput],
     return em.events
 
 
+def require_receipts(messages: list[MessageInput]) -> None:
+    """chatd's ``requireReceipts``: every terminal message is a structured-output receipt, or nothing is
+    recorded (checked after the matrix, as upstream does)."""
+    for m in messages:
+        if not is_receipt(m.role, m.visibility, m.parts):
+            raise invalid_command("terminal message is not a structured output receipt")
+
+
 def finish_turn(state: ChatState, em: Emitter, models: ModelFacts | None = None, *,
+                terminal_messages: list[MessageInput] = (),  # type: ignore[assignment]
                 fence: Fence | None = None) -> list[Any]:
-    """R0 -> W; R1 -> the head promoted (calls canceled first); R1P -> paused at the head under edit."""
+    """R0 -> W; R1 -> the head promoted (calls canceled first); R1P -> paused at the head under edit.
+    ``terminal_messages`` (structured-output receipts) are recorded with the turn's end: on R1 after the
+    cancellations and before the promoted head (chatd ``TestTerminalReceipts``)."""
     check_fence(state, fence, "FinishTurn")
     st = require(state, "FinishTurn")
+    require_receipts(list(terminal_messages))
     d = Draft(state, em, models)
     if st == "R1":
         d.cancel(QUEUED_PROMOTION)
-    em.emit(ev.TurnFinished, messages=[], **worker_facts(state, fence))
+    em.emit(ev.TurnFinished, messages=d.messages(list(terminal_messages), turn_id=state.turn_id),
+            **worker_facts(state, fence))
     d.at_boundary()
     return em.events
 
 
 def finish_interruption(state: ChatState, em: Emitter, *, partial_messages: list[MessageInput] = (),  # type: ignore[assignment]
+                        terminal_messages: list[MessageInput] = (),  # type: ignore[assignment]
                         models: ModelFacts | None = None, fence: Fence | None = None) -> list[Any]:
+    """``terminal_messages`` go last among the partial messages (chatd takes the receipt as the last
+    partial message); a receipt never hides an outstanding call, so one left open still refuses."""
     check_fence(state, fence, "FinishInterruption")
     require(state, "FinishInterruption")
-    Draft(state, em, models).finish_interruption(list(partial_messages), fence=fence)
+    require_receipts(list(terminal_messages))
+    Draft(state, em, models).finish_interruption(list(partial_messages) + list(terminal_messages), fence=fence)
     return em.events
 
 
-def finish_error(state: ChatState, em: Emitter, *, error: ChatError, fence: Fence | None = None) -> list[Any]:
+def finish_error(state: ChatState, em: Emitter, *, error: ChatError,
+                 terminal_messages: list[MessageInput] = (),  # type: ignore[assignment]
+                 fence: Fence | None = None) -> list[Any]:
+    """The chat parks in error; ``terminal_messages`` (receipts) are recorded first, in the same event."""
     check_fence(state, fence, "FinishError")
     require(state, "FinishError")
-    em.emit(ev.TurnFailed, last_error=error, messages=[], **worker_facts(state, fence))
+    require_receipts(list(terminal_messages))
+    msgs = Draft(state, em).messages(list(terminal_messages), turn_id=state.turn_id)
+    em.emit(ev.TurnFailed, last_error=error, messages=msgs, **worker_facts(state, fence))
     return em.events
 
 

@@ -204,9 +204,10 @@ def test_a_resume_cancels_outstanding_calls_and_applies_the_prefix_and_policy(me
     n = len(app.stream(uuid.UUID(chat_id)))
     result = edit(app, chat_id, 1, editing=False)
     assert result["execution_state"] == "R0"
+    # (the owned chat resumed from P, an idle state: its owner is released last)
     assert new_events(app, chat_id, n) == ["QueuedPromptEditEnded", "ChatResumed", "ToolCallsCanceled",
-                                           "QueuedPromptPromoted"]
-    canceled, promoted = app.stream(uuid.UUID(chat_id))[-2:]
+                                           "QueuedPromptPromoted", "OwnershipCleared"]
+    canceled, promoted = app.stream(uuid.UUID(chat_id))[-3:-1]
     assert canceled.reason == d.QUEUED_PROMOTION and [m.parts[0].tool_call_id for m in canceled.messages] == ["call_dyn"]
     assert [m.parts[0].text for m in promoted.messages] == ["[hook] ctx", "deploy it carefully"]
     assert chat_state(app, chat_id).hook_allowed_tools == ["ask_user"]

@@ -22,6 +22,7 @@ import commands.uow as uow_module
 from commands.handler import command_from_dict, execute
 from ledger.base import Emitter
 from ledger.chat import events as ev
+from ledger.chat.rules import IDLE_STATES
 from ledger.chat.state import VALID_STATES, outstanding_tool_calls
 from ledger.chat.views import message_rows
 from ledger.errors import LedgerError
@@ -84,6 +85,7 @@ class ChatMachine(RuleBasedStateMachine):
         LiveUnitOfWork.last = None
         chat = uuid.UUID(command["chat_id"]) if command.get("chat_id") and command["type"] != "create_chat" else None
         before = len(self.state(chat).messages) if chat in self.live else 0
+        idle_before = chat in self.live and self.state(chat).execution_state in IDLE_STATES
         try:
             result = execute(self.app, command_from_dict(command))
         except LedgerError as e:
@@ -101,6 +103,9 @@ class ChatMachine(RuleBasedStateMachine):
             assert result.get("queued_message_id") in queued + [None], (command, result)
             assert result.get("promoted_queued_message_id") not in queued, (command, result)
             assert (result["execution_state"], result["queue_length"]) == (s.execution_state, len(s.queue))
+            if idle_before and s.status == "running":
+                # an idle chat that resumes never keeps an owner (chatd TestResumeFromIdleClearsOwnership)
+                assert s.worker_id is None and s.runner_id is None, (command, result)
         return result
 
     def state(self, chat_id: uuid.UUID) -> Any:
@@ -213,6 +218,30 @@ class ChatMachine(RuleBasedStateMachine):
         suffix = data.draw(prefixes, label="suffix")
         self.do(type="complete_requires_action", chat_id=str(chat),
                 results=[{"tool_call_id": r, "output": output} for r in results], suffix_messages=suffix)
+
+    @rule(chat=chats, kind=st.sampled_from(["finish_turn", "finish_error", "finish_interruption"]),
+          status=st.sampled_from(["succeeded", "failed", "canceled"]), valid=st.booleans())
+    def finish_with_receipt(self, chat, kind, status, valid):
+        """A turn's end with a structured-output receipt (valid or not: an invalid one records nothing)."""
+        outcome = {"value": None} if status == "succeeded" else {
+            "error": {"code": "not_produced" if status == "failed" else "superseded", "message": "x"}}
+        part = {"type": "structured-output-outcome", "request_id": str(uuid.uuid4()), "status": status, **outcome}
+        message = {"role": "assistant", "visibility": "user" if valid else "both",
+                   "parts": [{"type": "text", "text": "r"}, part]}
+        extra = {"error": {"message": "boom"}} if kind == "finish_error" else {}
+        version = self.state(chat).version if chat in self.live else None
+        try:
+            execute(self.app, command_from_dict({"type": kind, "chat_id": str(chat), "terminal_messages": [message],
+                                                 **extra}))
+        except LedgerError as e:
+            assert valid or e.code in ("invalid_command", "transition_not_allowed", "invalid_state"), e
+            if chat in self.live:
+                assert self.app.load(chat).version == version
+            return
+        assert valid
+        if LiveUnitOfWork.last is not None:
+            for agg_id, agg in LiveUnitOfWork.last._dirty.items():
+                self.live[agg_id] = agg
 
     @rule(chat=chats, partial=st.booleans())
     def finish_interruption(self, chat, partial):
@@ -361,7 +390,7 @@ class ChatMachine(RuleBasedStateMachine):
             answered: dict[str, int] = {}
             calls: set[str] = set()
             for r in rows:
-                if r["deleted"] or r["compressed"]:
+                if r["deleted"] or r["compressed"] or _receipt(r):
                     continue
                 if r["role"] == "assistant":
                     calls = {p["tool_call_id"] for p in r["parts"] if p["type"] == "tool-call"}
@@ -370,6 +399,28 @@ class ChatMachine(RuleBasedStateMachine):
                     if p["type"] == "tool-result" and p["tool_call_id"] in calls:
                         answered[p["tool_call_id"]] = answered.get(p["tool_call_id"], 0) + 1
                         assert answered[p["tool_call_id"]] == 1, (chat_id, p["tool_call_id"])
+
+
+    @invariant()
+    def a_receipt_never_hides_an_outstanding_call(self):
+        """The open calls are those of the latest assistant message that is not a receipt, read from the
+        recorded rows, whatever receipts came after it."""
+        for chat_id, agg in self.live.items():
+            rows = [r for r in message_rows(self.app.stream(chat_id)) if not r["deleted"] and not r["compressed"]]
+            latest = max((i for i, r in enumerate(rows) if r["role"] == "assistant" and not _receipt(r)), default=None)
+            expected: set[str] = set()
+            if latest is not None:
+                expected = {p["tool_call_id"] for p in rows[latest]["parts"]
+                            if p["type"] == "tool-call" and not p.get("provider_executed")}
+                for r in rows[latest:]:
+                    if r["role"] in ("tool", "assistant"):
+                        expected -= {p["tool_call_id"] for p in r["parts"] if p["type"] == "tool-result"}
+            assert {c.tool_call_id for c in outstanding_tool_calls(agg.state)} == expected, chat_id
+
+
+def _receipt(row: dict[str, Any]) -> bool:
+    return row["role"] == "assistant" and row["visibility"] == "user" and any(
+        p["type"] == "structured-output-outcome" for p in row["parts"])
 
 
 def _simple_rule(kind: str) -> Any:

@@ -158,7 +158,8 @@ authors = st.sampled_from([None, *USERS])
 
 
 @given(st.sampled_from(USERS), st.sampled_from(["create_chat", "send_message", "edit_message", "commit_step",
-                                                 "end_chat", "complete_requires_action", "finish_interruption"]),
+                                                 "end_chat", "complete_requires_action", "finish_interruption",
+                                                 "finish_turn", "finish_error"]),
        st.lists(authors, min_size=1, max_size=4))
 def test_no_nested_author_but_the_caller(user, kind, nested):
     """Whatever a command nests (its message, prefix and suffix messages, a step's messages), a message that
@@ -180,8 +181,11 @@ def test_no_nested_author_but_the_caller(user, kind, nested):
         body.update(chat_id=chat, prefix_messages=[_message(first), *rest])
     elif kind == "complete_requires_action":
         body.update(chat_id=chat, results=[], suffix_messages=[_message(first), *rest])
+    elif kind in ("finish_turn", "finish_error"):  # (terminal receipts name their author too)
+        body.update(chat_id=chat, terminal_messages=[_message(first), *rest],
+                    **({"error": {"message": "x"}} if kind == "finish_error" else {}))
     else:
-        body.update(chat_id=chat, partial_messages=[_message(first), *rest])
+        body.update(chat_id=chat, partial_messages=[_message(first), *rest], terminal_messages=rest)
     cmd = command_from_dict(body)
     p = Principal(user, ORGS[0], "admin")
     if any(a not in (None, user) for a in nested):

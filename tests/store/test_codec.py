@@ -184,6 +184,7 @@ def samples(chat_id: UUID) -> dict[type, dict[str, Any]]:
         ev.ArchivedSet: dict(archived=True, cascaded_from=uuid4(), cascaded_to=[uuid4()]),
         ev.ChatAcquired: dict(worker_id=uuid4(), runner_id=uuid4()),
         ev.ChatAbandoned: dict(),
+        ev.OwnershipCleared: dict(cause="send_message", worker_id=uuid4(), runner_id=uuid4()),
     }
 
 
