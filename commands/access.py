@@ -72,12 +72,14 @@ class Principal(msgspec.Struct, frozen=True):
 
 
 class Resource(msgspec.Struct, frozen=True):
-    """What an action touches: a chat (its organization and owner), an organization's catalog (``owner``:
-    the user whose overrides are read or set, if any), or the deployment."""
+    """What an action touches: a chat (its organization, owner and root chat), an organization's catalog
+    (``owner``: the user whose overrides are read or set, if any), or the deployment."""
 
     kind: Kind
     org: UUID | None = None
     owner: UUID | None = None
+    #: a chat's root chat (itself for a root): its sharing decides a member's read (``Scopes.may_read``)
+    root: UUID | None = None
 
 
 DEPLOYMENT = Resource("deployment")
@@ -162,12 +164,32 @@ class Scopes:
         from ledger.toolcalls import events as tc
 
         if isinstance(event, chat.ChatCreated):
-            return Resource("chat", event.organization_id, event.owner_id)
+            return Resource("chat", event.organization_id, event.owner_id, event.root_chat_id)
         if isinstance(event, (cat.CatalogStarted, cat.ModelConfigClaimed)):
             return Resource("catalog", event.organization_id)
         if isinstance(event, tc.ToolCallExecutionOpened):
             return self.of(event.chat_id) or Resource("chat")
         return DEPLOYMENT  # the deployment, conversations, tokens
+
+    def shared(self, root_chat_id: UUID) -> bool:
+        """Whether the root chat is shared now (read through the application's cache, which catches up with
+        the store on every read: an unshare is seen by the next request, in every process)."""
+        agg = self.app.load_cached(root_chat_id, copy=False)
+        return bool(getattr(getattr(agg, "state", None), "shared", False))
+
+    def may_read(self, p: Principal, r: Resource) -> str | None:
+        """``may(p, "read", r)``, and a chat a member does not own is readable when its root chat is shared
+        (``share_chat``: read-only, inherited by the root's children); writes never are."""
+        code = may(p, "read", r)
+        if code == "not_chat_owner" and r.root is not None and self.shared(r.root):
+            return None
+        return code
+
+    def check_read(self, p: Principal, r: Resource) -> Resource:
+        code = self.may_read(p, r)
+        if code is not None:
+            raise refusal(code)
+        return r
 
     def chat(self, chat_id: UUID) -> Resource:
         """A chat's resource (``chat_not_found`` when the stream is not a chat)."""
@@ -195,6 +217,8 @@ class Scopes:
 #: * ``reference``: an id inside the resource's own world (a model config of the organization's catalog, a
 #:   turn of the chat, a structured-output request of the chat) — the handler refuses one that is not there; it names no user and no other stream.
 #: * ``worker``: a worker's or runner's own id (not a user): whoever may write the chat may name them.
+#: * ``external``: an id of the system the chat runs in (Coder's workspace, build, agent), recorded as given:
+#:   it names no user and no stream of the ledger, so whoever may write the chat may set it.
 FIELD_RULES: dict[str, str] = {
     "actor": "caller", "created_by": "caller", "owner_id": "caller",
     "user_id": "subject",
@@ -203,6 +227,7 @@ FIELD_RULES: dict[str, str] = {
     "model_config_id": "reference", "requested_model_config_id": "reference", "turn_id": "reference",
     "request_id": "reference",
     "worker_id": "worker", "runner_id": "worker",
+    "workspace_id": "external", "build_id": "external", "agent_id": "external",
 }
 _CALLER_FIELDS = tuple(name for name, rule in FIELD_RULES.items() if rule == "caller")
 
@@ -278,13 +303,16 @@ def authorize(p: Principal, scopes: Scopes, cmd: Command) -> Command:
 
 # -- reads -----------------------------------------------------------------------------------------------------
 
-def chats_filter(p: Principal, org: UUID | None) -> dict[str, Any]:
+def chats_filter(p: Principal, org: UUID | None, shared: bool = False) -> dict[str, Any]:
     """The chat_status filter a listing of ``p`` gets: its organization (``org``, if given, must be it), and
-    for a member its own chats only."""
+    for a member its own chats only — or, with ``shared``, the organization's shared root chats (every role
+    may read those)."""
     org = org or p.org
     check(p, "read", Resource("catalog", org))
     where: dict[str, Any] = {"organization_id": str(org)}
-    if p.role == "member":
+    if shared:
+        where.update(shared=True, parent_chat_id=None)
+    elif p.role == "member":
         where["owner_id"] = str(p.user)
     return where
 
@@ -292,4 +320,4 @@ def chats_filter(p: Principal, org: UUID | None) -> dict[str, Any]:
 def visible(p: Principal, scopes: Scopes, stream_id: UUID) -> bool:
     """Whether ``p`` may read the events of ``stream_id`` (the event log and its stream)."""
     resource = scopes.of(stream_id)
-    return resource is not None and may(p, "read", resource) is None
+    return resource is not None and scopes.may_read(p, resource) is None

@@ -41,8 +41,15 @@ from commands.chat_messages import (
     RecordRetryState,
     RequestCompaction,
     SendMessage,
+    PinChat,
     SetArchived,
+    SetLabels,
+    SetPlanMode,
     SetTitle,
+    SetWorkspaceBinding,
+    ShareChat,
+    UnpinChat,
+    UnshareChat,
 )
 from commands.next_action import attempt_settings_now
 from commands.uow import UnitOfWork, run
@@ -378,7 +385,33 @@ def acquire(app: Any, cmd: Acquire) -> dict[str, Any]:
 
 @handles(SetTitle)
 def set_title(app: Any, cmd: SetTitle) -> dict[str, Any]:
-    return on_chat(app, cmd, lambda s, em: d.set_title(s, em, title=cmd.title))
+    return on_chat(app, cmd, lambda s, em: d.set_title(s, em, title=cmd.title, source=cmd.source))
+
+
+@handles(SetPlanMode)
+def set_plan_mode(app: Any, cmd: SetPlanMode) -> dict[str, Any]:
+    return on_chat(app, cmd, lambda s, em: d.set_plan_mode(s, em, plan_mode=cmd.plan_mode))
+
+
+@handles(PinChat, UnpinChat)
+def set_pinned(app: Any, cmd: Any) -> dict[str, Any]:
+    return on_chat(app, cmd, lambda s, em: d.set_pinned(s, em, pinned=isinstance(cmd, PinChat)))
+
+
+@handles(SetWorkspaceBinding)
+def set_workspace_binding(app: Any, cmd: SetWorkspaceBinding) -> dict[str, Any]:
+    return on_chat(app, cmd, lambda s, em: d.set_workspace_binding(
+        s, em, workspace_id=cmd.workspace_id, build_id=cmd.build_id, agent_id=cmd.agent_id))
+
+
+@handles(ShareChat, UnshareChat)
+def set_shared(app: Any, cmd: Any) -> dict[str, Any]:
+    return on_chat(app, cmd, lambda s, em: d.set_shared(s, em, shared=isinstance(cmd, ShareChat)))
+
+
+@handles(SetLabels)
+def set_labels(app: Any, cmd: SetLabels) -> dict[str, Any]:
+    return on_chat(app, cmd, lambda s, em: d.set_labels(s, em, labels=dict(cmd.labels)))
 
 
 def _descendants(uow: UnitOfWork, chat: Chat) -> list[Chat]:

@@ -3,7 +3,7 @@ assembled by ``commands.handler``). Their handlers are in ``commands.chat``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 import msgspec
@@ -206,3 +206,37 @@ class Acquire(Command, tag="acquire", kw_only=True):
 class SetTitle(Command, tag="set_title", kw_only=True):
     chat_id: UUID
     title: str
+    source: Literal["user", "generated"] = "user"
+
+
+class SetPlanMode(Command, tag="set_plan_mode", kw_only=True):
+    chat_id: UUID
+    plan_mode: Literal["plan"] | None
+
+
+class PinChat(Command, tag="pin_chat", kw_only=True):
+    chat_id: UUID
+
+
+class UnpinChat(Command, tag="unpin_chat", kw_only=True):
+    chat_id: UUID
+
+
+class SetWorkspaceBinding(Command, tag="set_workspace_binding", kw_only=True):
+    chat_id: UUID
+    workspace_id: UUID | None
+    build_id: UUID | None = None
+    agent_id: UUID | None = None
+
+
+class ShareChat(Command, tag="share_chat", kw_only=True):
+    chat_id: UUID
+
+
+class UnshareChat(Command, tag="unshare_chat", kw_only=True):
+    chat_id: UUID
+
+
+class SetLabels(Command, tag="set_labels", kw_only=True):
+    chat_id: UUID
+    labels: dict[str, str]

@@ -35,8 +35,9 @@ STATUS, UNRESOLVED, QUEUE = "chat_status", "unresolved_tool_calls", "chat_queue"
 class ChatViews(Projection):
     name = "chat_views"
     streamwise = True  # a chat's rows are its own state's (tests/projections/test_streamwise.py)
-    version = 3  # v2: queue rows editing_since, reasoning_effort; status editing_queued_message_id;
-    # v3: unresolved rows call_index (their order in the assistant message)
+    version = 4  # v2: queue rows editing_since, reasoning_effort; status editing_queued_message_id;
+    # v3: unresolved rows call_index (their order in the assistant message); v4: status title_source,
+    # plan_mode, pinned_at, workspace_id, build_id, agent_id, shared, labels
     topics = CHAT_TOPICS
     tables = [
         Table(STATUS, [
@@ -49,6 +50,9 @@ class ChatViews(Projection):
             Column("hook_allowed_tools", JSON), Column("model_config_id", TEXT), Column("turn_id", TEXT),
             Column("generation_attempt", INTEGER, False), Column("history_version", BIGINT, False),
             Column("worker_id", TEXT), Column("runner_id", TEXT), Column("message_count", INTEGER, False),
+            Column("title_source", TEXT, False), Column("plan_mode", TEXT), Column("pinned_at", TIMESTAMP),
+            Column("workspace_id", TEXT), Column("build_id", TEXT), Column("agent_id", TEXT),
+            Column("shared", BOOLEAN, False), Column("labels", JSON, False),
             Column("version", BIGINT, False), Column("updated_at", TIMESTAMP, False),
         ], primary_key=["chat_id"], indexes=[["organization_id"], ["status"]]),
         Table(UNRESOLVED, [

@@ -158,9 +158,7 @@ def decode_cursor(cursor: str) -> dict[str, Any]:
 
 
 def _chat(svc: Service, p: Principal, chat_id: UUID) -> Resource:
-    resource = svc.scopes.chat(chat_id)
-    check(p, "read", resource)
-    return resource
+    return svc.scopes.check_read(p, svc.scopes.chat(chat_id))
 
 
 @get("/v1/chats", sync_to_thread=True, dependencies=principal_dependency, responses=ERRORS,
@@ -170,11 +168,13 @@ def list_chats(principal: Principal, state: State, org: UUID | None = None,
                limit: int = Parameter(default=50, ge=1, le=MAX_PAGE),
                cursor: str | None = Parameter(default=None, max_length=200,
                                               description="next_cursor of the previous page (opaque)"),
+               shared: bool = Parameter(default=False, description="the organization's shared root chats "
+                                        "(share_chat: readable by every member) instead"),
                ) -> ChatPage:
     """A keyset page: the rows after the cursor's chat id, ``limit`` + 1 read (the extra one says whether a
     next page exists), so a page costs the same wherever it is in the listing."""
     svc = service(state)
-    where = access.chats_filter(principal, org)
+    where = access.chats_filter(principal, org, shared=shared)
     if status:
         where["status"] = status
     after = decode_cursor(cursor) if cursor is not None else None

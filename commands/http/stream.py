@@ -52,7 +52,7 @@ class Filter:
         if org is not None:
             check(p, "read", Resource("catalog", org))
         if chat is not None:
-            check(p, "read", svc.scopes.chat(chat))
+            svc.scopes.check_read(p, svc.scopes.chat(chat))
 
     def keeps(self, n: Any) -> bool:
         sid = n.originator_id if isinstance(n.originator_id, UUID) else UUID(str(n.originator_id))
@@ -62,7 +62,7 @@ class Filter:
     def keeps_stream(self, sid: UUID, resource: Any, chat_of: Any) -> bool:
         """Whether events of stream ``sid`` (of ``resource``) are shown; ``chat_of()`` the chat of a tool-call
         execution stream, asked only when it matters."""
-        if resource is None or access.may(self.p, "read", resource) is not None:
+        if resource is None or self.svc.scopes.may_read(self.p, resource) is not None:
             return False
         if self.org is not None and resource.org != self.org:
             return False

@@ -285,7 +285,7 @@ def chat(chat_id: UUID, principal: Principal, state: State) -> Response[str]:
     from commands.queries import audit_timeline, chat_events
 
     svc = service(state)
-    check(principal, "read", svc.scopes.chat(chat_id))
+    svc.scopes.check_read(principal, svc.scopes.chat(chat_id))
     head = svc.app.head()  # before reading: an event after it reaches the page through the stream
     events = chat_events(svc.app, chat_id)
     data = page_data(svc.app, chat_id, events, None, audit_timeline(svc.app, chat_id, events, None))
@@ -306,7 +306,7 @@ def explain_page(chat_id: UUID, principal: Principal, state: State, tool_call: s
     from ledger.audit.render import folded_json
 
     svc = service(state)
-    check(principal, "read", svc.scopes.chat(chat_id))
+    svc.scopes.check_read(principal, svc.scopes.chat(chat_id))
     asked = {"tool_call": tool_call, "queued_message": queued_message, "turn": turn}
     report = explain(svc.app, chat_id, **asked)  # (exactly one of them, or invalid_request)
     what, ident = next((k, v) for k, v in asked.items() if v is not None)

@@ -239,7 +239,10 @@ def chat_page(data: dict[str, Any], events: list[Any], settings_at: SettingsAt =
                 *(m["created_by"] for m in messages if m["created_by"]), str(created.organization_id),
                 str(created.owner_id)]
     children = [str(e.child_chat_id) for e in events if isinstance(e, ev.ChildChatCreated)]
+    metadata = chat_metadata(events)
+    every_id += [v for k, v in metadata.items() if k.endswith("_id") and v]
     return {
+        "metadata": metadata,
         "kind": "chat", "stream_id": data["stream_id"], "version": data["version"], "chain": chain_line(data),
         "title": next((e.title for e in reversed(events) if isinstance(e, ev.TitleSet)), created.title) or "(untitled)",
         "organization_id": str(created.organization_id),
@@ -253,6 +256,38 @@ def chat_page(data: dict[str, Any], events: list[Any], settings_at: SettingsAt =
         "ids": shortest_unique(every_id + children + ([str(created.parent_chat_id)] if created.parent_chat_id else [])),
         "model_names": names,
     }
+
+
+def chat_metadata(events: list[Any]) -> dict[str, Any]:
+    """The chat's metadata as its events leave it (each with the version that set it last): title source,
+    plan mode, pin, workspace binding, sharing, labels."""
+    from ledger.chat import events as ev
+    from ledger.chat.evolve import recorded_title_source
+
+    out: dict[str, Any] = {"title_source": None, "plan_mode": None, "pinned": False, "workspace_id": None,
+                           "build_id": None, "agent_id": None, "shared": False, "labels": {}, "versions": {}}
+    for e in events:
+        v = e.originator_version
+        if isinstance(e, ev.ChatCreated):
+            out["title_source"] = e.title_source or recorded_title_source(e)
+        elif isinstance(e, ev.TitleSet):
+            out["title_source"], out["versions"]["title_source"] = e.source or "user", v
+        elif isinstance(e, ev.PlanModeSet):
+            out["plan_mode"], out["versions"]["plan_mode"] = e.plan_mode, v
+        elif isinstance(e, ev.PinSet):
+            out["pinned"], out["versions"]["pinned"] = e.pinned, v
+        elif isinstance(e, (ev.ArchivedSet, ev.ChatEnded)) and getattr(e, "archived", True) and out["pinned"]:
+            out["pinned"], out["versions"]["pinned"] = False, v
+        elif isinstance(e, ev.WorkspaceBound):
+            out.update(workspace_id=str(e.workspace_id) if e.workspace_id else None,
+                       build_id=str(e.build_id) if e.build_id else None,
+                       agent_id=str(e.agent_id) if e.agent_id else None)
+            out["versions"]["workspace"] = v
+        elif isinstance(e, ev.SharingSet):
+            out["shared"], out["versions"]["shared"] = e.shared, v
+        elif isinstance(e, ev.LabelsSet):
+            out["labels"], out["versions"]["labels"] = dict(e.labels), v
+    return out
 
 
 def explain_targets(events: list[Any]) -> dict[int, list[tuple[str, str]]]:

@@ -196,7 +196,15 @@ _SUMMARIES: dict[str, Any] = {
                               f"policy {_policy(e.hook_allowed_tools)}; {_resolution(e.model_resolution)}"
                               + (f"; child of {short(e.parent_chat_id)}" if e.parent_chat_id else "")),
     "ChildChatCreated": lambda e: f"child chat {short(e.child_chat_id)} created",
-    "TitleSet": lambda e: f"title set to {e.title!r}",
+    "TitleSet": lambda e: f"title set to {e.title!r}" + (" (generated)" if e.source == "generated" else ""),
+    "PlanModeSet": lambda e: "plan mode on" if e.plan_mode else "plan mode off",
+    "PinSet": lambda e: "pinned" if e.pinned else "unpinned",
+    "WorkspaceBound": lambda e: (f"bound to workspace {short(e.workspace_id)}"
+                                 + (f", build {short(e.build_id)}" if e.build_id else "")
+                                 + (f", agent {short(e.agent_id)}" if e.agent_id else "")
+                                 if e.workspace_id else "workspace binding cleared"),
+    "SharingSet": lambda e: ("shared read-only with the organization" if e.shared else "no longer shared"),
+    "LabelsSet": lambda e: "labels: " + (", ".join(f"{k}={v}" for k, v in e.labels.items()) or "(none)"),
     "TurnStarted": lambda e: (f"turn {short(e.turn_id)} started ({e.cause}): prompt #{e.prompt_message_id} "
                               f"{_text(e.messages)!r}; policy {_policy(e.tool_policy_before)} -> {_policy(e.tool_policy)}; "
                               f"{_resolution(e.model_resolution)}"),

@@ -53,6 +53,9 @@ class ChatCreated(LedgerCreated, ChatEvent):
     hook_allowed_tools: list[str] | None
     dynamic_tools: list[str]
     model_resolution: ModelResolution | None = None
+    #: ``user`` (given with the command) or ``fallback`` (derived from the first message); None on chats
+    #: recorded before the field existed (the fold tells them apart by comparing with the derived title)
+    title_source: Literal["user", "fallback"] | None = None
 
 
 class ChildChatCreated(ChatEvent):
@@ -63,8 +66,57 @@ class ChildChatCreated(ChatEvent):
 
 
 class TitleSet(ChatEvent):
+    """``source``: ``user`` (a person set it) or ``generated`` (an automatic title); None on titles recorded
+    before the field existed (set by a person: ``user``)."""
+
     TOPIC = "chat-ledger:chat.TitleSet"
     title: str
+    source: Literal["user", "generated"] | None = None
+
+
+class PlanModeSet(ChatEvent):
+    """The chat's plan mode (``plan``) or none (None): in a plan turn ``propose_plan`` ends the turn and the
+    advisor is not offered (docs/chatd.md §7)."""
+
+    TOPIC = "chat-ledger:chat.PlanModeSet"
+    class_version: ClassVar[int] = 1
+    plan_mode: Literal["plan"] | None
+
+
+class PinSet(ChatEvent):
+    """Pinned (``pinned``) or unpinned. Pins are ordered by when they were made (this event's time): a new
+    pin goes last, as chatd appends it. Archiving resets the pin."""
+
+    TOPIC = "chat-ledger:chat.PinSet"
+    class_version: ClassVar[int] = 1
+    pinned: bool
+
+
+class WorkspaceBound(ChatEvent):
+    """The workspace, build and agent the chat runs in (Coder's ids, recorded as given; None clears)."""
+
+    TOPIC = "chat-ledger:chat.WorkspaceBound"
+    class_version: ClassVar[int] = 1
+    workspace_id: UUID | None
+    build_id: UUID | None = None
+    agent_id: UUID | None = None
+
+
+class SharingSet(ChatEvent):
+    """A root chat shared read-only with its organization's members (``shared``), or no longer; its
+    children are shared with it."""
+
+    TOPIC = "chat-ledger:chat.SharingSet"
+    class_version: ClassVar[int] = 1
+    shared: bool
+
+
+class LabelsSet(ChatEvent):
+    """The chat's labels after the change (the whole map)."""
+
+    TOPIC = "chat-ledger:chat.LabelsSet"
+    class_version: ClassVar[int] = 1
+    labels: dict[str, str]
 
 
 class TurnStarted(ChatEvent):

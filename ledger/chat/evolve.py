@@ -15,6 +15,7 @@ from ledger.base import remember_idempotency_key
 from ledger.chat import events as ev
 from ledger.chat.messageinfo import message_info
 from ledger.chat.state import ChatState
+from ledger.chat.rules import fallback_title
 from ledger.chat.values import Message, edited_prompt
 
 
@@ -90,7 +91,7 @@ def evolve(state: ChatState | None, event: Any) -> ChatState:
             parent_chat_id=event.parent_chat_id, root_chat_id=event.root_chat_id, title=event.title,
             created_at=event.timestamp, status=event.status, hook_allowed_tools=event.hook_allowed_tools,
             dynamic_tools=list(event.dynamic_tools), model_config_id=event.model_config_id,
-            turn_id=event.turn_id,
+            turn_id=event.turn_id, title_source=event.title_source or recorded_title_source(event),
         )
         _insert(state, event.messages, event)
     else:
@@ -107,8 +108,35 @@ def _child_created(s: ChatState, e: ev.ChildChatCreated) -> None:
     s.children.append(e.child_chat_id)
 
 
+def recorded_title_source(e: ev.ChatCreated) -> str:
+    """A chat created before ``title_source`` was recorded: ``fallback`` when its title is the one derived
+    from its first message, else ``user``."""
+    return "fallback" if e.messages and e.title == fallback_title(e.messages[0].parts) else "user"
+
+
 def _title_set(s: ChatState, e: ev.TitleSet) -> None:
     s.title = e.title
+    s.title_source = e.source or "user"
+
+
+def _plan_mode_set(s: ChatState, e: ev.PlanModeSet) -> None:
+    s.plan_mode = e.plan_mode
+
+
+def _pin_set(s: ChatState, e: ev.PinSet) -> None:
+    s.pinned_at = e.timestamp if e.pinned else None
+
+
+def _workspace_bound(s: ChatState, e: ev.WorkspaceBound) -> None:
+    s.workspace_id, s.build_id, s.agent_id = e.workspace_id, e.build_id, e.agent_id
+
+
+def _sharing_set(s: ChatState, e: ev.SharingSet) -> None:
+    s.shared = e.shared
+
+
+def _labels_set(s: ChatState, e: ev.LabelsSet) -> None:
+    s.labels = dict(e.labels)
 
 
 def _turn_started(s: ChatState, e: ev.TurnStarted) -> None:
@@ -296,6 +324,7 @@ def _ended(s: ChatState, e: ev.ChatEnded) -> None:
         _queue_changed(s, e)
     s.status = "waiting"
     s.archived = True
+    s.pinned_at = None
     s.worker_id = None
     s.runner_id = None
     s.last_error = None
@@ -305,6 +334,8 @@ def _ended(s: ChatState, e: ev.ChatEnded) -> None:
 
 def _archived_set(s: ChatState, e: ev.ArchivedSet) -> None:
     s.archived = e.archived
+    if e.archived:
+        s.pinned_at = None  # archiving resets the pin (chatd)
 
 
 def _acquired(s: ChatState, e: ev.ChatAcquired) -> None:
@@ -326,6 +357,11 @@ _HANDLERS: dict[type, Any] = {
     ev.OwnershipCleared: _ownership_cleared,
     ev.ChildChatCreated: _child_created,
     ev.TitleSet: _title_set,
+    ev.PlanModeSet: _plan_mode_set,
+    ev.PinSet: _pin_set,
+    ev.WorkspaceBound: _workspace_bound,
+    ev.SharingSet: _sharing_set,
+    ev.LabelsSet: _labels_set,
     ev.TurnStarted: _turn_started,
     ev.MessageEdited: _message_edited,
     ev.PromptQueued: _prompt_queued,

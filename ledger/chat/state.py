@@ -56,6 +56,15 @@ class ChatState(msgspec.Struct, kw_only=True):
     queue: list[QueuedPrompt] = msgspec.field(default_factory=list)
     next_queued_message_id: int = 1
     idempotency: dict[str, list[int]] = msgspec.field(default_factory=dict)
+    #: chat metadata (docs/commands.md, "Chat metadata"): plan mode, pin, workspace binding, sharing, labels
+    title_source: str = "fallback"
+    plan_mode: str | None = None
+    pinned_at: datetime | None = None
+    workspace_id: UUID | None = None
+    build_id: UUID | None = None
+    agent_id: UUID | None = None
+    shared: bool = False
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
     version: int = 0
     updated_at: datetime | None = None
 

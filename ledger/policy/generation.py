@@ -11,7 +11,7 @@
 2. unresolved dynamic calls -> ``enter_requires_action``;
 3. a manual compaction request with an uncompressed assistant message after the latest boundary ->
    ``compact`` (forced); otherwise the request is ignored (the turn's terminal transition clears it);
-4. a non-error result of a stop-after tool in the current turn -> ``finish_turn`` (``stop_after_tool``);
+4. a non-error result of a stop-after tool in the current turn (in plan mode ``propose_plan`` too) -> ``finish_turn`` (``stop_after_tool``);
 5. the last active message is an assistant message without a non-provider-executed tool call ->
    ``finish_turn`` (``complete``);
 6. ``max_steps`` > 0 assistant rows in the current turn -> ``finish_turn`` (``max_steps``);
@@ -223,6 +223,18 @@ def step_count(state: ChatState) -> int:
     return sum(1 for m in current_turn(state) if m.role == "assistant")
 
 
+#: the tools whose result ends a plan turn (chatd's plan mode: the plan is presented for review)
+PLAN_TURN_STOP_AFTER = ("propose_plan",)
+
+
+def stop_after_tools(state: ChatState, configured: Sequence[str]) -> list[str]:
+    """The stop-after tools of the chat's next step: the configured ones, and in plan mode ``propose_plan``."""
+    names = list(configured)
+    if state.plan_mode == "plan":
+        names += [t for t in PLAN_TURN_STOP_AFTER if t not in names]
+    return names
+
+
 def has_stop_after_result(state: ChatState, stop_after_tools: Sequence[str]) -> bool:
     """A non-error result of a stop-after tool in a tool row of the current turn."""
     if not stop_after_tools:
@@ -301,7 +313,7 @@ def next_action(state: ChatState, settings: GenerationSettings | None = None, *,
         return NextAction(action="enter_requires_action", pending_dynamic=dynamic, **common)
     if state.compaction_requested_at is not None and has_compactable_history(state):
         return NextAction(action="compact", forced=True, **common)
-    if has_stop_after_result(state, s.stop_after_tools):
+    if has_stop_after_result(state, stop_after_tools(state, s.stop_after_tools)):
         return NextAction(action="finish_turn", finish_reason="stop_after_tool", **common)
     if history_complete(state):
         return NextAction(action="finish_turn", finish_reason="complete", **common)

@@ -120,8 +120,8 @@ class AdvisorStatus(msgspec.Struct, frozen=True, kw_only=True):
     """The advisor as the next generation step sees it.
 
     ``eligible`` is the one answer; ``tool_offered`` and ``guidance_included`` always equal it.
-    ``reason`` says why it is not eligible: ``disabled``, ``child_chat`` or ``no_usable_model`` (first
-    failing condition, in that order). ``uses_this_turn`` counts ``advice`` results in the current turn;
+    ``reason`` says why it is not eligible: ``disabled``, ``child_chat``, ``plan_mode`` or ``no_usable_model``
+    (first failing condition, in that order). ``uses_this_turn`` counts ``advice`` results in the current turn;
     ``remaining_uses`` = max(0, max_uses_per_turn - uses_this_turn).
     """
 
@@ -135,12 +135,16 @@ class AdvisorStatus(msgspec.Struct, frozen=True, kw_only=True):
     limit_reached: bool
 
 
-def advisor_eligibility(settings: AdvisorSettings, root_chat: bool) -> tuple[bool, str | None]:
-    """(eligible, reason it is not)."""
+def advisor_eligibility(settings: AdvisorSettings, root_chat: bool,
+                        plan_mode: str | None = None) -> tuple[bool, str | None]:
+    """(eligible, reason it is not). A plan turn never offers the advisor (chatd builds no advisor runtime
+    when ``isPlanModeTurn``)."""
     if not settings.enabled:
         return False, "disabled"
     if not root_chat:
         return False, "child_chat"
+    if plan_mode == "plan":
+        return False, "plan_mode"
     if not settings.model_usable:
         return False, "no_usable_model"
     return True, None
@@ -193,7 +197,7 @@ def advisor_result_bodies(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
 def advisor_status(state: ChatState, settings: AdvisorSettings,
                    result_bodies: Mapping[str, Any] | None = None) -> AdvisorStatus:
-    eligible, reason = advisor_eligibility(settings, state.parent_chat_id is None)
+    eligible, reason = advisor_eligibility(settings, state.parent_chat_id is None, state.plan_mode)
     cap = max(settings.max_uses_per_turn, 0)
     used = advisor_uses_this_turn(state, result_bodies)
     remaining = max(cap - used, 0)

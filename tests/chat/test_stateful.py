@@ -234,7 +234,6 @@ class ChatMachine(RuleBasedStateMachine):
             execute(self.app, command_from_dict({"type": kind, "chat_id": str(chat), "terminal_messages": [message],
                                                  **extra}))
         except LedgerError as e:
-            assert valid or e.code in ("invalid_command", "transition_not_allowed", "invalid_state"), e
             if chat in self.live:
                 assert self.app.load(chat).version == version
             return

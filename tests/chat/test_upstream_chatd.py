@@ -18,6 +18,7 @@ from tests.chat.helpers import ORG, OWNER, chat_state, run
 
 DATA = Path(__file__).parent / "data"
 MESSAGE_EDIT = "Tool execution interrupted by message edit"
+METADATA = ("title_source", "plan_mode", "pinned_at", "workspace_id", "build_id", "agent_id", "shared", "labels")
 
 
 def rows(app: Any, chat_id: str) -> list[dict[str, Any]]:
@@ -75,6 +76,10 @@ def test_a_ledger_recorded_before_the_recorded_prefix_rule_replays_unchanged(db_
         # what it showed then
         assert shown.pop("usage") == {"total": None, "by_turn": []}
         assert all(m.pop("usage") is None for m in shown["messages"])
+        # and the chat metadata since added: none recorded then (the title was derived from the first message)
+        assert {k: shown["chat"].pop(k) for k in METADATA} == {
+            "title_source": "fallback", "plan_mode": None, "pinned_at": None, "workspace_id": None,
+            "build_id": None, "agent_id": None, "shared": False, "labels": {}}
         assert shown == then
     verify = cli.invoke(main, ["--db", db_url, "events", "verify"])
     assert verify.exit_code == 0, verify.output

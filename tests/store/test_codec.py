@@ -128,9 +128,10 @@ def samples(chat_id: UUID) -> dict[type, dict[str, Any]]:
             messages=[full_message(1), small_message(2)], model_config_id=uuid4(),
             hook_allowed_tools=["read_file", "search", "execute"], dynamic_tools=["ask_user"],
             model_resolution=ModelResolution(model_config_id=uuid4(), source="fallback_default", reason="disabled",
-                                             requested_model_config_id=uuid4(), reasoning_effort="high")),
+                                             requested_model_config_id=uuid4(), reasoning_effort="high"),
+            title_source="user"),
         ev.ChildChatCreated: dict(child_chat_id=uuid4()),
-        ev.TitleSet: dict(title="European capitals"),
+        ev.TitleSet: dict(title="European capitals", source="generated"),
         ev.TurnStarted: dict(cause="send", turn_id=uuid4(), prompt_message_id=4,
                              messages=[small_message(3, text="[prefix]"), small_message(4)],
                              hook_allowed_tools=["search"], tool_policy_before=["read_file", "search"],
@@ -185,6 +186,11 @@ def samples(chat_id: UUID) -> dict[type, dict[str, Any]]:
         ev.ChatAcquired: dict(worker_id=uuid4(), runner_id=uuid4()),
         ev.ChatAbandoned: dict(),
         ev.OwnershipCleared: dict(cause="send_message", worker_id=uuid4(), runner_id=uuid4()),
+        ev.PlanModeSet: dict(plan_mode="plan"),
+        ev.PinSet: dict(pinned=True),
+        ev.WorkspaceBound: dict(workspace_id=uuid4(), build_id=uuid4(), agent_id=None),
+        ev.SharingSet: dict(shared=True),
+        ev.LabelsSet: dict(labels={"env": "prod", "team": "ünïcode"}),
     }
 
 
