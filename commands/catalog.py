@@ -30,7 +30,7 @@ from ledger.catalog.aggregate import Deployment, ModelConfigClaim, OrganizationC
 from ledger.catalog.resolve import ModelFacts
 from ledger.catalog.state import DEPLOYMENT_ID, CatalogState, DeploymentState
 from ledger.catalog.values import (
-    AdminContext, EffortLevel, ModelConfig, OverrideMode, ReasoningEffort, UserContext,
+    LIMIT_NAMES, AdminContext, EffortLevel, Limits, ModelConfig, OverrideMode, ReasoningEffort, UserContext,
 )
 from ledger.streams import locate, refuse_reserved
 from ledger.chat.values import MAX_INT64
@@ -121,10 +121,13 @@ class SetUserModelOverride(Command, tag="set_user_model_override", kw_only=True)
 
 
 class SetDeploymentSettings(Command, tag="set_deployment_settings", kw_only=True):
+    """``limits`` replaces the deployment's limits as a whole: a limit left out (or 0) is at its default."""
+
     personal_model_overrides_enabled: bool | None = None
     advisor_enabled: bool | None = None
     advisor_max_uses_per_turn: Limit | None = None
     advisor_max_output_tokens: Limit | None = None
+    limits: Limits | None = None
 
 
 # -- reading the catalog streams ------------------------------------------------------------------------------
@@ -154,6 +157,12 @@ def find_catalog(source: Any, organization_id: UUID) -> CatalogState | None:
 def find_deployment(source: Any) -> DeploymentState | None:
     app, read = _reader(source)
     return deployment_of(locate(app, Deployment, DEPLOYMENT_ID, read)[1])
+
+
+def deployment_limits(source: Any) -> Limits:
+    """The deployment's limits in force (all defaults on a ledger that never set any)."""
+    deployment = find_deployment(source)
+    return deployment.limits if deployment is not None else Limits()
 
 
 def claim_owner(source: Any, model_config_id: UUID) -> UUID | None:
@@ -364,7 +373,10 @@ def set_user_model_override(app: Any, cmd: SetUserModelOverride) -> dict[str, An
 
 
 def deployment_settings(state: DeploymentState) -> dict[str, Any]:
-    return {k: getattr(state, k) for k in cd.DEPLOYMENT_SETTINGS}
+    """The settings as the result shows them; ``limits``: every limit's value in force."""
+    out = {k: getattr(state, k) for k in cd.DEPLOYMENT_SETTINGS}
+    out["limits"] = state.limits.used(*LIMIT_NAMES)
+    return out
 
 
 def deployment_result(state: DeploymentState | None, events: list[Any]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from uuid import UUID, uuid4, uuid5
 import msgspec
 
 from commands.base import Command, check_repeat, emitter, handles
-from commands.catalog import load_model_facts
+from commands.catalog import deployment_limits, load_model_facts
 from commands.chat_messages import (
     Abandon,
     Acquire,
@@ -153,22 +153,25 @@ def chat_model_facts(uow: UnitOfWork, state: ChatState, explicit: UUID | None = 
 
 
 def on_chat(app: Any, cmd: Any, decide: Callable[..., list[Any]], *, models: bool = False,
-            explicit: UUID | None = None, more: Sequence[UUID] = ()) -> dict[str, Any]:
+            explicit: UUID | None = None, more: Sequence[UUID] = (), limits: bool = False) -> dict[str, Any]:
     """Run ``decide(state, em)`` (or, with ``models``, ``decide(state, em, facts)``: first without facts,
-    again with them when it raises ``ModelFactsNeeded``) on the command's chat and record the events."""
+    again with them when it raises ``ModelFactsNeeded``) on the command's chat and record the events. With
+    ``limits``, ``decide`` also gets ``limits=``: the deployment's limits in force (a dependency of the
+    decision, as the catalog is)."""
 
     def work(uow: UnitOfWork) -> dict[str, Any]:
         chat = _load_chat(uow, cmd.chat_id)
         if cmd.idempotency_key is not None and cmd.idempotency_key in chat.state.idempotency:
             return _repeat_result(app, chat, cmd)
+        extra = {"limits": deployment_limits(uow)} if limits else {}
         if not models:
-            events = decide(chat.state, _emitter(uow, chat, chat.id, cmd))
+            events = decide(chat.state, _emitter(uow, chat, chat.id, cmd), **extra)
         else:
             try:
-                events = decide(chat.state, _emitter(uow, chat, chat.id, cmd), None)
+                events = decide(chat.state, _emitter(uow, chat, chat.id, cmd), None, **extra)
             except ModelFactsNeeded:
                 facts = chat_model_facts(uow, chat.state, explicit, more)
-                events = decide(chat.state, _emitter(uow, chat, chat.id, cmd), facts)
+                events = decide(chat.state, _emitter(uow, chat, chat.id, cmd), facts, **extra)
         uow.record(chat, events)
         return chat_result(chat.state, events)
 
@@ -212,7 +215,7 @@ def create_chat(app: Any, cmd: CreateChat) -> dict[str, Any]:
             owner_id=cmd.owner_id, parent=parent.state if parent else None, title=cmd.title, message=message,
             model_config_id=cmd.model_config_id, hook_allowed_tools=cmd.hook_allowed_tools,
             dynamic_tools=list(cmd.dynamic_tools), initial_status=cmd.initial_status, turn_id=cmd.turn_id,
-            models=facts,
+            models=facts, limits=deployment_limits(uow),
         )
         if parent is not None:
             uow.record(parent, d.child_created(_emitter(uow, parent, parent.id, cmd), parent.state, chat_id))
@@ -225,22 +228,22 @@ def create_chat(app: Any, cmd: CreateChat) -> dict[str, Any]:
 @handles(SendMessage)
 def send_message(app: Any, cmd: SendMessage) -> dict[str, Any]:
     message = cmd.user_message()
-    return on_chat(app, cmd, lambda s, em, m: d.send_message(
+    return on_chat(app, cmd, lambda s, em, m, limits: d.send_message(
         s, em, message=message, busy_behavior=cmd.busy_behavior, prefix_messages=cmd.prefix_messages,
         hook_allowed_tools=cmd.hook_allowed_tools, model_config_id=cmd.model_config_id,
-        turn_id=cmd.turn_id, created_by=cmd.created_by, max_queue_size=cmd.max_queue_size, models=m),
-        models=True, explicit=cmd.model_config_id or message.model_config_id)
+        turn_id=cmd.turn_id, created_by=cmd.created_by, max_queue_size=cmd.max_queue_size, models=m,
+        limits=limits), models=True, explicit=cmd.model_config_id or message.model_config_id, limits=True)
 
 
 @handles(EditMessage)
 def edit_message(app: Any, cmd: EditMessage) -> dict[str, Any]:
     message = cmd.user_message()
-    return on_chat(app, cmd, lambda s, em, m: d.edit_message(
+    return on_chat(app, cmd, lambda s, em, m, limits: d.edit_message(
         s, em, message_id=cmd.message_id, message=message, created_by=cmd.created_by,
         prefix_messages=cmd.prefix_messages, suffix_messages=cmd.suffix_messages,
         hook_allowed_tools=cmd.hook_allowed_tools, model_config_id=cmd.model_config_id, turn_id=cmd.turn_id,
-        models=m),
-        models=True, explicit=cmd.model_config_id or message.model_config_id)
+        models=m, limits=limits),
+        models=True, explicit=cmd.model_config_id or message.model_config_id, limits=True)
 
 
 @handles(EditQueuedMessage)
@@ -248,10 +251,10 @@ def edit_queued_message(app: Any, cmd: EditQueuedMessage) -> dict[str, Any]:
     message = cmd.given_message()
     if message is not None and message.role != "user":
         raise invalid_command("a queued prompt is a user message")
-    return on_chat(app, cmd, lambda s, em, m: d.edit_queued_message(
+    return on_chat(app, cmd, lambda s, em, m, limits: d.edit_queued_message(
         s, em, queued_message_id=cmd.queued_message_id, content=message.parts if message is not None else None,
         model_config_id=cmd.model_config_id, reasoning_effort=cmd.reasoning_effort, editing=cmd.editing,
-        models=m), models=True, explicit=cmd.model_config_id)
+        models=m, limits=limits), models=True, explicit=cmd.model_config_id, limits=True)
 
 
 @handles(ReconcileInvalidState)
@@ -280,8 +283,9 @@ def interrupt(app: Any, cmd: Interrupt) -> dict[str, Any]:
 @handles(CompleteRequiresAction)
 def complete_requires_action(app: Any, cmd: CompleteRequiresAction) -> dict[str, Any]:
     results = [d.ToolResult(r.tool_call_id, r.output, r.is_error) for r in cmd.results]
-    return on_chat(app, cmd, lambda s, em: d.complete_requires_action(
-        s, em, results=results, created_by=cmd.created_by, suffix_messages=cmd.suffix_messages))
+    return on_chat(app, cmd, lambda s, em, limits: d.complete_requires_action(
+        s, em, results=results, created_by=cmd.created_by, suffix_messages=cmd.suffix_messages, limits=limits),
+        limits=True)
 
 
 @handles(CancelRequiresAction)
@@ -334,7 +338,7 @@ def commit_step(app: Any, cmd: CommitStep) -> dict[str, Any]:
     ``model_config_foreign_org``."""
     named = sorted({m.model_config_id for m in cmd.messages if m.model_config_id is not None}, key=str)
 
-    def decide(s: ChatState, em: Emitter, facts: ModelFacts | None) -> list[Any]:
+    def decide(s: ChatState, em: Emitter, facts: ModelFacts | None, limits: Any) -> list[Any]:
         if named:
             if facts is None:
                 raise ModelFactsNeeded
@@ -342,10 +346,10 @@ def commit_step(app: Any, cmd: CommitStep) -> dict[str, Any]:
                 if not _of_organization(facts, mid):
                     raise unusable_error("foreign_org")
         return d.commit_step(s, em, messages=cmd.messages, consume_compaction_request=cmd.consume_compaction_request,
-                             fence=cmd.fence)
+                             fence=cmd.fence, limits=limits)
 
     return on_chat(app, cmd, decide, models=True, explicit=named[0] if named else None,
-                   more=named[1:])
+                   more=named[1:], limits=True)
 
 
 def _of_organization(facts: ModelFacts, model_config_id: UUID) -> bool:
@@ -357,9 +361,9 @@ def _of_organization(facts: ModelFacts, model_config_id: UUID) -> bool:
 
 @handles(FinishInterruption)
 def finish_interruption(app: Any, cmd: FinishInterruption) -> dict[str, Any]:
-    return on_chat(app, cmd, lambda s, em, m: d.finish_interruption(
+    return on_chat(app, cmd, lambda s, em, m, limits: d.finish_interruption(
         s, em, partial_messages=cmd.partial_messages, terminal_messages=cmd.terminal_messages, models=m,
-        fence=cmd.fence), models=True)
+        fence=cmd.fence, limits=limits), models=True, limits=True)
 
 
 @handles(FinishError)

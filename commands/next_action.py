@@ -30,7 +30,7 @@ from ledger.chat.decide import fence_of
 from ledger.chat.state import ChatState
 from ledger.chat.values import AttemptSettings, ToolResultPart
 from ledger.chat.views import to_jsonable
-from ledger.policy.generation import MAX_STEPS, GenerationSettings, NextAction, next_action
+from ledger.policy.generation import GenerationSettings, NextAction, next_action
 from ledger.policy.retry import retry_decision
 from ledger.policy.settings import SettingsReport, attempt_settings, generation_settings
 from ledger.policy.tools import ADVISOR, advisor_uses_this_turn
@@ -48,8 +48,8 @@ def catalog_facts(facts: Positioned, state: ChatState) -> tuple[Any, Any, dict[A
 def settings_report(facts: Positioned, state: ChatState, *, max_steps: int | None = None,
                     stop_after: tuple[str, ...] = ()) -> SettingsReport:
     catalog, deployment, owners = catalog_facts(facts, state)
-    return generation_settings(state, catalog, deployment, stop_after_tools=stop_after,
-                               max_steps=max_steps if max_steps is not None else MAX_STEPS, owners=owners)
+    return generation_settings(state, catalog, deployment, stop_after_tools=stop_after, max_steps=max_steps,
+                               owners=owners)
 
 
 def settings_for(facts: Positioned, state: ChatState, *, threshold: int | None = None,
@@ -161,7 +161,8 @@ def _report(facts: Positioned, state: ChatState, action: NextAction, info: dict[
         call["execution"] = _execution_status(facts, call.get("execution_id"))
     retry = None
     if state.generation_attempt > 0:
-        retry = msgspec.to_builtins(retry_decision(state.generation_attempt, retry_after))
+        retry = msgspec.to_builtins(retry_decision(state.generation_attempt, retry_after,
+                                                   max_attempts=info["settings"]["max_generation_retries"]))
     return {
         "chat_id": str(state.chat_id),
         "status": state.status,

@@ -10,7 +10,9 @@ tool-call executions are read one at a time and each claim is decided again. Wha
 * each generation attempt's recorded ``settings`` (model, limits, threshold, advisor, offered tools, action);
 * each recorded model resolution: a promotion's, a creation's, a send's or edit's;
 * each claim of a tool-call execution (outcome, epoch, the chat holding the call by then);
-* each retry payload's delay, for the attempt the chat was at.
+* each retry payload's delay, for the attempt the chat was at;
+* the deployment limits each decision recorded it applied (``limits``: queue cap, prompt bytes, attachments,
+  dynamic tools, tool output bytes), against the deployment's limits at the decision's position.
 
 A disagreement is an anomaly ``{"stream_id", "version", "notification_id", "check": "decision",
 "decision", "recorded", "redecided", "differences", "reason"}``.
@@ -26,7 +28,7 @@ from uuid import UUID
 import msgspec
 
 from commands.asof import AsOf
-from commands.catalog import load_model_facts
+from commands.catalog import deployment_limits, load_model_facts
 from commands.next_action import advisor_bodies, settings_report
 from commands.queries import chat_ids
 from commands.toolcalls import load_execution
@@ -143,6 +145,10 @@ def _decision(app: Any, reader: AsOf, state: ChatState | None, e: Any, nid: int,
         if decide is not None:
             recorded, again = rd.plain(e.model_resolution), rd.outcome(decide)
             tally.compare("model_resolution", sid, version, nid, recorded, again, rd.differences(recorded, again))
+    if getattr(e, "limits", None):
+        # the deployment limits the decision applied, against the deployment as of its position
+        again = deployment_limits(facts).used(*e.limits)
+        tally.compare("limits", sid, version, nid, dict(e.limits), again, rd.differences(dict(e.limits), again))
 
 
 def resolution_rule(facts: Any, state: ChatState | None, e: Any) -> Callable[[], ModelResolution] | None:

@@ -50,6 +50,14 @@ class ChatStatus(Result, frozen=True, kw_only=True):
     worker_id: str | None = None
     runner_id: str | None = None
     message_count: int = 0
+    title_source: str = "fallback"
+    plan_mode: str | None = None
+    pinned_at: str | None = None
+    workspace_id: str | None = None
+    build_id: str | None = None
+    agent_id: str | None = None
+    shared: bool = False
+    labels: dict[str, str] = {}
     version: int
     updated_at: str | None = None
 

@@ -57,13 +57,14 @@ def outcome(decide: Callable[[], Any]) -> Any:
 
 def attempt_differences(recorded: Any, redecided: Any) -> list[dict[str, Any]]:
     """A recorded ``AttemptSettings`` against the one re-derived at its position (``source`` says who
-    supplied it, it is not a decision; an ``action`` the runner did not report is not compared)."""
+    supplied it, it is not a decision; an ``action`` or a limit the runner did not report is not compared)."""
     a, b = plain(recorded), plain(redecided)
     for v in (a, b):
         v.pop("source", None)
-    if a.get("action") is None:
-        a.pop("action", None)
-        b.pop("action", None)
+    for unreported in ("action", "max_steps_per_turn", "max_generation_retries", "max_tool_output_bytes"):
+        if a.get(unreported) is None:  # (a runner's report, or settings recorded before the field existed)
+            a.pop(unreported, None)
+            b.pop(unreported, None)
     return differences(a, b)
 
 

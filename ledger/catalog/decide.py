@@ -26,7 +26,7 @@ from ledger.catalog import events as ev
 from ledger.catalog.evolve import evolve_catalog
 from ledger.catalog.resolve import ModelFacts, not_member, unusable_error
 from ledger.catalog.state import CatalogState, DeploymentState
-from ledger.catalog.values import EFFORT_SCALE, DefaultReason, ModelConfig, ProviderState
+from ledger.catalog.values import EFFORT_SCALE, LIMIT_NAMES, DefaultReason, ModelConfig, ProviderState
 from ledger.errors import LedgerError, invalid_command
 
 UNSET: Any = msgspec.UNSET
@@ -292,7 +292,7 @@ def set_user_model_override(state: CatalogState | None, em: Emitter, *, organiza
 # -- deployment --------------------------------------------------------------------------------------------
 
 DEPLOYMENT_SETTINGS = ("personal_model_overrides_enabled", "advisor_enabled", "advisor_max_uses_per_turn",
-                       "advisor_max_output_tokens")
+                       "advisor_max_output_tokens", "limits")
 
 
 def set_deployment_settings(state: DeploymentState | None, em: Emitter, *, topic: str,
@@ -304,6 +304,11 @@ def set_deployment_settings(state: DeploymentState | None, em: Emitter, *, topic
     tokens = settings.get("advisor_max_output_tokens")
     if tokens is not None and tokens < 1:
         raise invalid_command("advisor_max_output_tokens must be at least 1.")
+    limits = settings.get("limits")
+    if limits is not None:
+        for name in LIMIT_NAMES:
+            if getattr(limits, name) < 0:
+                raise invalid_command(f"limits.{name} must be 0 (the default) or positive.")
     current = state if state is not None else DeploymentState()
     after = {k: (settings[k] if settings.get(k) is not None else getattr(current, k)) for k in DEPLOYMENT_SETTINGS}
     changed = [k for k in DEPLOYMENT_SETTINGS if after[k] != getattr(current, k)]

@@ -11,7 +11,7 @@ from uuid import UUID
 
 from ledger.base import LedgerCreated, LedgerEvent
 from ledger.catalog.values import (
-    AdminContext, DefaultReason, EffortLevel, ModelConfig, OverrideMode, UserContext,
+    AdminContext, DefaultReason, EffortLevel, Limits, ModelConfig, OverrideMode, UserContext,
 )
 
 CATALOG_TOPIC = "chat-ledger:catalog.OrganizationCatalog"
@@ -113,6 +113,8 @@ class DeploymentSettingsChanged(DeploymentEvent):
     advisor_max_uses_per_turn: int
     advisor_max_output_tokens: int
     changed: list[str]
+    #: None on settings recorded before limits existed: every limit at its default
+    limits: Limits | None = None
 
 
 # -- model config id claims ---------------------------------------------------------------------------------

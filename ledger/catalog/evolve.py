@@ -11,7 +11,7 @@ from typing import Any
 from ledger.base import remember_idempotency_key
 from ledger.catalog import events as ev
 from ledger.catalog.state import CatalogState, ClaimState, DeploymentState, initial_catalog
-from ledger.catalog.values import AdminOverride, ProviderState, UserOverride
+from ledger.catalog.values import AdminOverride, Limits, ProviderState, UserOverride
 
 
 def _track(state: Any, event: Any) -> None:
@@ -96,6 +96,7 @@ def evolve_deployment(state: DeploymentState | None, event: Any) -> DeploymentSt
         state.advisor_enabled = event.advisor_enabled
         state.advisor_max_uses_per_turn = event.advisor_max_uses_per_turn
         state.advisor_max_output_tokens = event.advisor_max_output_tokens
+        state.limits = event.limits if event.limits is not None else Limits()
     _track(state, event)
     state.updated_at = event.timestamp
     return state

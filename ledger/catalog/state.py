@@ -13,7 +13,7 @@ from uuid import UUID
 import msgspec
 
 from ledger.catalog.values import (
-    AdminOverride, ModelConfig, ProviderState, Reason, UserOverride,
+    AdminOverride, Limits, ModelConfig, ProviderState, Reason, UserOverride,
 )
 
 #: the Deployment singleton's stream id
@@ -80,6 +80,7 @@ class DeploymentState(msgspec.Struct, kw_only=True):
     advisor_enabled: bool = False
     advisor_max_uses_per_turn: int = DEFAULT_ADVISOR_MAX_USES_PER_TURN
     advisor_max_output_tokens: int = DEFAULT_ADVISOR_MAX_OUTPUT_TOKENS
+    limits: Limits = Limits()
     idempotency: dict[str, list[int]] = msgspec.field(default_factory=dict)
     version: int = 0
     updated_at: datetime | None = None

@@ -92,3 +92,39 @@ class ModelResolution(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     reason: Reason | None = None
     requested_model_config_id: UUID | None = None
     reasoning_effort: EffortLevel | None = None
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """The deployment's limits (``set_deployment_settings.limits``). 0 (or absent) means the default
+    (``DEFAULT_LIMITS``: chatd's where chatd has a constant). ``effective(name)`` is the value in force."""
+
+    max_queued_messages_per_chat: int = 0
+    max_steps_per_turn: int = 0
+    max_generation_retries: int = 0
+    max_dynamic_tools_per_chat: int = 0
+    max_attachments_per_chat: int = 0
+    max_prompt_bytes: int = 0
+    max_tool_output_bytes: int = 0
+
+    def effective(self, name: str) -> int:
+        return getattr(self, name) or DEFAULT_LIMITS[name]
+
+    def used(self, *names: str) -> dict[str, int]:
+        """The values in force of ``names``, as a decision records them."""
+        return {n: self.effective(n) for n in names}
+
+
+#: the value of each limit left at 0. chatd's constants: the queue (``MaxQueueSize`` 20), generation retries
+#: (``chatretry.MaxAttempts`` 25), dynamic tools (250); the ledger's own, where chatd keeps no constant the
+#: ledger could read (docs/commands.md, "Limits"): steps per turn (the generation decision's 1200), attachments
+#: per chat (20), a prompt's text (256 KiB), a tool result (1 MiB, encoded as JSON)
+DEFAULT_LIMITS: dict[str, int] = {
+    "max_queued_messages_per_chat": 20,
+    "max_steps_per_turn": 1200,
+    "max_generation_retries": 25,
+    "max_dynamic_tools_per_chat": 250,
+    "max_attachments_per_chat": 20,
+    "max_prompt_bytes": 256 * 1024,
+    "max_tool_output_bytes": 1024 * 1024,
+}
+LIMIT_NAMES = tuple(DEFAULT_LIMITS)

@@ -17,6 +17,7 @@ the event that uses it (``model_resolution``).
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid5
 
@@ -29,6 +30,7 @@ from ledger.catalog.resolve import (
     select_for_create,
 )
 from ledger.chat import events as ev
+from ledger.catalog.values import Limits
 from ledger.chat.draft import Draft
 from ledger.chat.rules import (
     CHAT_ENDED,
@@ -73,6 +75,13 @@ from ledger.chat.rules import INVALID_STATE_CANCELED as INVALID_STATE_CANCELED
 from ledger.chat.rules import INVALID_STATE_ERROR as INVALID_STATE_ERROR
 from ledger.chat.rules import SettingsNeeded as SettingsNeeded
 from ledger.chat.rules import fence_of as fence_of
+from ledger.chat.metadata import (
+    set_labels as set_labels,
+    set_pinned as set_pinned,
+    set_plan_mode as set_plan_mode,
+    set_shared as set_shared,
+    set_workspace_binding as set_workspace_binding,
+)
 from ledger.chat.queue import (
     delete_queued_message as delete_queued_message,
     edit_queued_message as edit_queued_message,
@@ -98,7 +107,7 @@ def create_chat(em: Emitter, *, chat_topic: str, organization_id: UUID, owner_id
                 parent: ChatState | None, title: str | None, message: MessageInput | None,
                 model_config_id: UUID | None, hook_allowed_tools: list[str] | None,
                 dynamic_tools: list[str], initial_status: str, turn_id: UUID | None,
-                models: ModelFacts | None = None) -> list[Any]:
+                models: ModelFacts | None = None, limits: Limits | None = None) -> list[Any]:
     """CreateChat in chatd's order of checks: a nil chat id, no initial message, the initial status
     (empty means running), then the admission rule (the ledger admits every creation: exactly one
     initial user message)."""
@@ -112,8 +121,12 @@ def create_chat(em: Emitter, *, chat_topic: str, organization_id: UUID, owner_id
     if message.role != "user":
         raise transition_not_allowed("CreateChat", "N",
                                      "admitted chat creation requires exactly one initial user message")
-    if len(dynamic_tools) > 250 or any(not n for n in dynamic_tools) or len(set(dynamic_tools)) != len(dynamic_tools):
-        raise invalid_command("dynamic_tools must be at most 250 unique, non-empty names")
+    draft = Draft(_NEW_CHAT, em, None, limits)
+    most = draft._limit("max_dynamic_tools_per_chat")
+    if len(dynamic_tools) > most or any(not n for n in dynamic_tools) or len(set(dynamic_tools)) != len(dynamic_tools):
+        raise invalid_command(f"dynamic_tools must be at most {most} unique, non-empty names")
+    draft.check_prompt(message.parts)
+    draft.check_attachments([message])
     root_chat_id = em.originator_id
     if parent is not None:
         if parent.archived:
@@ -141,9 +154,14 @@ def create_chat(em: Emitter, *, chat_topic: str, organization_id: UUID, owner_id
         status=initial_status, turn_id=turn, messages=[first],
         model_config_id=resolution.model_config_id,
         hook_allowed_tools=None if hook_allowed_tools is None else list(dict.fromkeys(hook_allowed_tools)),
-        dynamic_tools=dynamic_tools, model_resolution=resolution,
+        dynamic_tools=dynamic_tools, model_resolution=resolution, limits=draft.recorded_limits(),
     )
     return em.events
+
+
+#: the state the limits of a chat's creation are checked against: a chat with no files linked yet
+_NEW_CHAT = ChatState(chat_id=NIL_CHAT_ID, organization_id=NIL_CHAT_ID, owner_id=NIL_CHAT_ID, parent_chat_id=None,
+                      root_chat_id=NIL_CHAT_ID, title="", created_at=datetime.min)
 
 
 def child_created(em: Emitter, parent: ChatState, child_chat_id: UUID) -> list[Any]:
@@ -159,20 +177,23 @@ def send_message(state: ChatState, em: Emitter, *, message: MessageInput, busy_b
                  prefix_messages: list[MessageInput] = (), hook_allowed_tools: list[str] | None = None,  # type: ignore[assignment]
                  model_config_id: UUID | None = None, turn_id: UUID | None = None,
                  created_by: UUID | None = None, max_queue_size: int | None = None,
-                 models: ModelFacts | None = None) -> list[Any]:
-    """SendMessage, checks in chatd's order: the matrix, a user message, the busy behavior."""
+                 models: ModelFacts | None = None, limits: Limits | None = None) -> list[Any]:
+    """SendMessage, checks in chatd's order: the matrix, a user message, the busy behavior; then the
+    deployment's limits on what it inserts or queues."""
     interrupt = busy_behavior == "interrupt"
     st = require(state, "SendMessageInterrupt" if interrupt else "SendMessage")
     if message.role != "user":
         raise invalid_command("SendMessage requires a user message")
     if busy_behavior not in ("queue", "interrupt"):
         raise transition_not_allowed("SendMessage", st, "invalid BusyBehavior")
-    d = Draft(state, em, models)
+    d = Draft(state, em, models, limits)
     explicit = model_config_id or message.model_config_id
     chosen = d.explicit(explicit)
     prefix = list(prefix_messages)
     if st in ("W", "E0"):
         resolution = chosen or d.kept()
+        d.check_prompt(message.parts)
+        d.check_attachments([*prefix, message])
         d.cancel(NEW_USER_MESSAGE)
         turn = turn_id or turn_id_for(state.chat_id, "message", d.next_id + len(prefix))
         pre = d.messages(prefix, turn_id=turn)
@@ -182,7 +203,7 @@ def send_message(state: ChatState, em: Emitter, *, message: MessageInput, busy_b
                 messages=pre + [prompt], hook_allowed_tools=hook_allowed_tools,
                 tool_policy_before=state.hook_allowed_tools,
                 tool_policy=narrow_tool_policy(state.hook_allowed_tools, hook_allowed_tools),
-                model_config_id=explicit, model_resolution=resolution)
+                model_config_id=explicit, model_resolution=resolution, limits=d.recorded_limits())
         d.resumed_from_idle("send_message")
         return em.events
     if st.startswith("A") and interrupt:
@@ -223,7 +244,7 @@ def edit_message(state: ChatState, em: Emitter, *, message_id: int, message: Mes
                  suffix_messages: list[MessageInput] = (),  # type: ignore[assignment]
                  hook_allowed_tools: list[str] | None = None,
                  model_config_id: UUID | None = None, turn_id: UUID | None = None,
-                 models: ModelFacts | None = None) -> list[Any]:
+                 models: ModelFacts | None = None, limits: Limits | None = None) -> list[Any]:
     st = require(state, "EditMessage")
     idx = message_id - 1
     if not (0 <= idx < len(state.messages)) or state.messages[idx].deleted:
@@ -233,6 +254,9 @@ def edit_message(state: ChatState, em: Emitter, *, message_id: int, message: Mes
         raise LedgerError("edited_message_not_user", "only user messages can be edited")
     explicit = model_config_id or message.model_config_id
     resolution = Draft(state, em, models).explicit(explicit)
+    checks = Draft(state, em, None, limits)
+    checks.check_prompt(message.parts)
+    checks.check_attachments([*prefix_messages, message, *suffix_messages])
     stale = stale_hook_prefix(state, idx)
     deleted = stale + [m.message_id for m in state.messages[idx:] if not m.deleted]
     em.emit(ev.MessageEdited, edited_message_id=message_id, deleted_message_ids=deleted,
@@ -265,7 +289,7 @@ def edit_message(state: ChatState, em: Emitter, *, message_id: int, message: Mes
             messages=pre + [replacement] + suffix, hook_allowed_tools=hook_allowed_tools,
             tool_policy_before=state.hook_allowed_tools,
             tool_policy=narrow_tool_policy(state.hook_allowed_tools, hook_allowed_tools),
-            model_config_id=explicit, model_resolution=resolution)
+            model_config_id=explicit, model_resolution=resolution, limits=checks.recorded_limits())
     d.resumed_from_idle("edit_message")
     return em.events
 
@@ -318,7 +342,8 @@ class ToolResult:
 
 def complete_requires_action(state: ChatState, em: Emitter, *, results: list[ToolResult],
                              created_by: UUID | None = None,
-                             suffix_messages: list[MessageInput] = ()) -> list[Any]:  # type: ignore[assignment]
+                             suffix_messages: list[MessageInput] = (),  # type: ignore[assignment]
+                             limits: Limits | None = None) -> list[Any]:
     """Validation in the reference order; the first error wins (TRES). ``suffix_messages`` (a hook's
     post-results context) are inserted after the results, in the current turn."""
     require(state, "CompleteRequiresAction")
@@ -339,7 +364,7 @@ def complete_requires_action(state: ChatState, em: Emitter, *, results: list[Too
     if any(r.tool_call_id not in pending for r in results):
         raise LedgerError("tool_result_unexpected",
                           "submitted tool_call_id does not match a pending dynamic tool call")
-    d = Draft(state, em)
+    d = Draft(state, em, None, limits)
     msgs = [
         d.message(MessageInput(role="tool", parts=[ToolResultPart(
             tool_call_id=r.tool_call_id, tool_name=pending[r.tool_call_id], result=value, is_error=r.is_error)]),
@@ -347,7 +372,9 @@ def complete_requires_action(state: ChatState, em: Emitter, *, results: list[Too
         for r, value in zip(results, parsed)
     ]
     msgs += d.messages(list(suffix_messages), turn_id=state.turn_id)
-    em.emit(ev.ToolResultsSubmitted, messages=msgs)
+    d.check_tool_output(msgs)
+    d.check_attachments(msgs)
+    em.emit(ev.ToolResultsSubmitted, messages=msgs, limits=d.recorded_limits())
     return em.events
 
 
@@ -440,63 +467,4 @@ def check_family_archive(root: ChatState, archived: bool) -> None:
 
 def set_title(state: ChatState, em: Emitter, *, title: str, source: str = "user") -> list[Any]:
     em.emit(ev.TitleSet, title=normalize_title(title), source=source)
-    return em.events
-
-
-# -- chat metadata (docs/commands.md, "Chat metadata"): none of it changes the execution state ------------
-
-#: label keys: 1-64 characters of letters, digits and ``._-/``; values up to 256 characters; at most 64 labels
-MAX_LABELS, MAX_LABEL_KEY, MAX_LABEL_VALUE = 64, 64, 256
-
-
-def set_plan_mode(state: ChatState, em: Emitter, *, plan_mode: str | None) -> list[Any]:
-    """A no-op (the mode already in force) records nothing."""
-    if plan_mode not in (None, "plan"):
-        raise invalid_command('plan_mode must be "plan" or null')
-    if state.plan_mode != plan_mode:
-        em.emit(ev.PlanModeSet, plan_mode=plan_mode)
-    return em.events
-
-
-def set_pinned(state: ChatState, em: Emitter, *, pinned: bool) -> list[Any]:
-    """chatd's refusals: an archived or a child chat cannot be pinned. Pinning a pinned chat (or unpinning
-    an unpinned one) records nothing."""
-    if pinned and state.archived:
-        raise LedgerError("chat_archived", "Cannot pin an archived chat.")
-    if pinned and state.parent_chat_id is not None:
-        raise LedgerError("not_root_chat", "Cannot pin a child chat.")
-    if (state.pinned_at is not None) != pinned:
-        em.emit(ev.PinSet, pinned=pinned)
-    return em.events
-
-
-def set_workspace_binding(state: ChatState, em: Emitter, *, workspace_id: UUID | None, build_id: UUID | None,
-                          agent_id: UUID | None) -> list[Any]:
-    if workspace_id is None and (build_id is not None or agent_id is not None):
-        raise invalid_command("build_id and agent_id need a workspace_id")
-    if (state.workspace_id, state.build_id, state.agent_id) != (workspace_id, build_id, agent_id):
-        em.emit(ev.WorkspaceBound, workspace_id=workspace_id, build_id=build_id, agent_id=agent_id)
-    return em.events
-
-
-def set_shared(state: ChatState, em: Emitter, *, shared: bool) -> list[Any]:
-    """Root chats only (a child is shared with its root)."""
-    if state.parent_chat_id is not None:
-        raise LedgerError("not_root_chat", "Only root chats can be shared; a child chat is shared with its root.")
-    if state.shared != shared:
-        em.emit(ev.SharingSet, shared=shared)
-    return em.events
-
-
-def set_labels(state: ChatState, em: Emitter, *, labels: dict[str, str]) -> list[Any]:
-    if len(labels) > MAX_LABELS:
-        raise invalid_command(f"at most {MAX_LABELS} labels")
-    for key, value in labels.items():
-        if not (0 < len(key) <= MAX_LABEL_KEY) or not all(c.isalnum() or c in "._-/" for c in key) \
-                or not key.isascii():
-            raise invalid_command(f"label key {key!r}: 1-{MAX_LABEL_KEY} ASCII letters, digits or ._-/")
-        if len(value) > MAX_LABEL_VALUE:
-            raise invalid_command(f"label {key!r}: the value is longer than {MAX_LABEL_VALUE} characters")
-    if state.labels != labels:
-        em.emit(ev.LabelsSet, labels=dict(sorted(labels.items())))
     return em.events

@@ -56,6 +56,9 @@ class ChatCreated(LedgerCreated, ChatEvent):
     #: ``user`` (given with the command) or ``fallback`` (derived from the first message); None on chats
     #: recorded before the field existed (the fold tells them apart by comparing with the derived title)
     title_source: Literal["user", "fallback"] | None = None
+    #: the deployment limits this decision applied, with their values then (docs/commands.md, "Limits"); None
+    #: on events recorded before limits existed (the defaults applied)
+    limits: dict[str, int] | None = None
 
 
 class ChildChatCreated(ChatEvent):
@@ -138,6 +141,9 @@ class TurnStarted(ChatEvent):
     tool_policy: list[str] | None
     model_config_id: UUID | None
     model_resolution: ModelResolution | None = None
+    #: the deployment limits this decision applied, with their values then (docs/commands.md, "Limits"); None
+    #: on events recorded before limits existed (the defaults applied)
+    limits: dict[str, int] | None = None
 
 
 class MessageEdited(ChatEvent):
@@ -157,6 +163,9 @@ class PromptQueued(ChatEvent):
 
     TOPIC = "chat-ledger:chat.PromptQueued"
     prompt: QueuedPrompt
+    #: the deployment limits this decision applied, with their values then (docs/commands.md, "Limits"); None
+    #: on events recorded before limits existed (the defaults applied)
+    limits: dict[str, int] | None = None
 
 
 class QueuedPromptDeleted(ChatEvent):
@@ -216,6 +225,9 @@ class QueuedPromptEdited(ChatEvent):
     parts: list[Part]
     model_config_id: UUID | None = None
     reasoning_effort: EffortLevel | None = None
+    #: the deployment limits this decision applied, with their values then (docs/commands.md, "Limits"); None
+    #: on events recorded before limits existed (the defaults applied)
+    limits: dict[str, int] | None = None
 
 
 class QueuedPromptEditBegun(ChatEvent):
@@ -311,6 +323,9 @@ class InterruptionFinished(WorkerEvent):
     TOPIC = "chat-ledger:chat.InterruptionFinished"
     messages: list[Message]
     unowned: bool = False
+    #: the deployment limits this decision applied, with their values then (docs/commands.md, "Limits"); None
+    #: on events recorded before limits existed (the defaults applied)
+    limits: dict[str, int] | None = None
 
 
 class TurnFinished(WorkerEvent):
@@ -348,6 +363,9 @@ class ToolResultsSubmitted(ChatEvent):
 
     TOPIC = "chat-ledger:chat.ToolResultsSubmitted"
     messages: list[Message]
+    #: the deployment limits this decision applied, with their values then (docs/commands.md, "Limits"); None
+    #: on events recorded before limits existed (the defaults applied)
+    limits: dict[str, int] | None = None
 
 
 class RequiresActionCanceled(ChatEvent):
@@ -376,6 +394,9 @@ class StepCommitted(WorkerEvent):
     TOPIC = "chat-ledger:chat.StepCommitted"
     messages: list[Message]
     consumed_compaction_request: bool = False
+    #: the deployment limits this decision applied, with their values then (docs/commands.md, "Limits"); None
+    #: on events recorded before limits existed (the defaults applied)
+    limits: dict[str, int] | None = None
 
 
 class GenerationAttemptRecorded(ChatEvent):

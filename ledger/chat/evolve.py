@@ -16,7 +16,7 @@ from ledger.chat import events as ev
 from ledger.chat.messageinfo import message_info
 from ledger.chat.state import ChatState
 from ledger.chat.rules import fallback_title
-from ledger.chat.values import Message, edited_prompt
+from ledger.chat.values import FilePart, Message, edited_prompt
 
 
 def _insert(state: ChatState, messages: list[Message], event: Any, prompt_message_id: int = 0) -> None:
@@ -32,6 +32,9 @@ def _insert(state: ChatState, messages: list[Message], event: Any, prompt_messag
         previous = message_info(m, at, previous, n if m.message_id == prompt_message_id else 0)
         msgs.append(previous)
         receipts_only = receipts_only and previous.receipt
+        for p in m.parts:
+            if type(p) is FilePart and p.file_id not in state.attachments:
+                state.attachments.append(p.file_id)
     if not receipts_only:  # (receipts alone close a request: the history the model sees is unchanged)
         _history_changed(state, event)
 

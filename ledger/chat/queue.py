@@ -8,11 +8,12 @@ from uuid import UUID
 
 from ledger.base import Emitter
 from ledger.catalog.resolve import ModelFacts
+from ledger.catalog.values import Limits
 from ledger.chat import events as ev
 from ledger.chat.draft import Draft
 from ledger.chat.rules import PAUSED_HEAD_UNDER_EDIT, QUEUED_PROMOTION, require
 from ledger.chat.state import ChatState
-from ledger.chat.values import Part, QueuedPrompt, edited_prompt
+from ledger.chat.values import MessageInput, Part, QueuedPrompt, edited_prompt
 from ledger.errors import LedgerError, invalid_command, transition_not_allowed
 
 
@@ -64,7 +65,7 @@ def promote_queued_message(state: ChatState, em: Emitter, *, queued_message_id: 
 def edit_queued_message(state: ChatState, em: Emitter, *, queued_message_id: int,
                         content: list[Part] | None = None, model_config_id: UUID | None = None,
                         reasoning_effort: str | None = None, editing: bool | None = None,
-                        models: ModelFacts | None = None) -> list[Any]:
+                        models: ModelFacts | None = None, limits: Limits | None = None) -> list[Any]:
     """EditQueuedMessage (docs/chatd.md §4.1): replace a queued prompt's content (with model and
     reasoning-effort overrides), begin or end editing it. Checks in order: the matrix; overrides only
     with content (the API's check, before any edit begins); content or editing given; the row exists;
@@ -76,7 +77,7 @@ def edit_queued_message(state: ChatState, em: Emitter, *, queued_message_id: int
     if content is None and editing is None:
         raise transition_not_allowed("EditQueuedMessage", st, "EditQueuedMessage requires content or editing")
     _find_queued(state, queued_message_id)
-    d = Draft(state, em, models)
+    d = Draft(state, em, models, limits)
     under_edit = d.editing == queued_message_id
     if st == "P" and editing is True and not under_edit:
         raise LedgerError(*PAUSED_HEAD_UNDER_EDIT)
@@ -85,8 +86,10 @@ def edit_queued_message(state: ChatState, em: Emitter, *, queued_message_id: int
             raise invalid_command("Content is required.")
         if model_config_id is not None:
             d.explicit(model_config_id)  # validated like an explicit model on a send
+        d.check_prompt(list(content))
+        d.check_attachments([MessageInput(role="user", parts=list(content))])
         em.emit(ev.QueuedPromptEdited, queued_message_id=queued_message_id, parts=list(content),
-                model_config_id=model_config_id, reasoning_effort=reasoning_effort)
+                model_config_id=model_config_id, reasoning_effort=reasoning_effort, limits=d.recorded_limits())
         d.queue = [edited_prompt(q, list(content), model_config_id, reasoning_effort)
                    if q.queued_message_id == queued_message_id else q for q in d.queue]
     if editing is True and not under_edit:

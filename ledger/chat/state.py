@@ -65,6 +65,8 @@ class ChatState(msgspec.Struct, kw_only=True):
     agent_id: UUID | None = None
     shared: bool = False
     labels: dict[str, str] = msgspec.field(default_factory=dict)
+    #: the files the chat's messages link, first link first (chatd's chat_file_links: links outlive edits)
+    attachments: list[str] = msgspec.field(default_factory=list)
     version: int = 0
     updated_at: datetime | None = None
 

@@ -305,6 +305,10 @@ class AttemptSettingsInput(msgspec.Struct, gc=False, forbid_unknown_fields=True,
     advisor_reason: str | None = None
     advisor_remaining_uses: NonNegative
     tools: OfferedTools
+    #: the deployment limits the attempt runs under (None: not reported, or recorded before limits existed)
+    max_steps_per_turn: NonNegative | None = None
+    max_generation_retries: NonNegative | None = None
+    max_tool_output_bytes: NonNegative | None = None
 
 
 class AttemptSettings(AttemptSettingsInput, kw_only=True):

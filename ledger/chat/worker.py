@@ -8,6 +8,7 @@ from uuid import UUID
 
 from ledger.base import Emitter
 from ledger.catalog.resolve import ModelFacts
+from ledger.catalog.values import Limits
 from ledger.chat import events as ev
 from ledger.chat.draft import Draft
 from ledger.chat.rules import (
@@ -54,16 +55,19 @@ def record_retry_state(state: ChatState, em: Emitter, *, retry_state: dict[str, 
 
 
 def commit_step(state: ChatState, em: Emitter, *, messages: list[MessageInput],
-                consume_compaction_request: bool = False, fence: Fence | None = None) -> list[Any]:
+                consume_compaction_request: bool = False, fence: Fence | None = None,
+                limits: Limits | None = None) -> list[Any]:
     check_fence(state, fence, "CommitStep")
     require(state, "CommitStep")
     if not messages:
         raise invalid_command("CommitStep requires at least one message")
-    d = Draft(state, em)
+    d = Draft(state, em, None, limits)
     msgs = d.messages(messages, turn_id=state.turn_id)
+    d.check_tool_output(msgs)
+    d.check_attachments(msgs)
     em.emit(ev.StepCommitted, messages=msgs,
             consumed_compaction_request=consume_compaction_request and state.compaction_requested_at is not None,
-            **worker_facts(state, fence))
+            limits=d.recorded_limits(), **worker_facts(state, fence))
     return em.events
 
 
@@ -95,13 +99,15 @@ def finish_turn(state: ChatState, em: Emitter, models: ModelFacts | None = None,
 
 def finish_interruption(state: ChatState, em: Emitter, *, partial_messages: list[MessageInput] = (),  # type: ignore[assignment]
                         terminal_messages: list[MessageInput] = (),  # type: ignore[assignment]
-                        models: ModelFacts | None = None, fence: Fence | None = None) -> list[Any]:
+                        models: ModelFacts | None = None, fence: Fence | None = None,
+                        limits: Limits | None = None) -> list[Any]:
     """``terminal_messages`` go last among the partial messages (chatd takes the receipt as the last
     partial message); a receipt never hides an outstanding call, so one left open still refuses."""
     check_fence(state, fence, "FinishInterruption")
     require(state, "FinishInterruption")
     require_receipts(list(terminal_messages))
-    Draft(state, em, models).finish_interruption(list(partial_messages) + list(terminal_messages), fence=fence)
+    Draft(state, em, models, limits).finish_interruption(list(partial_messages) + list(terminal_messages),
+                                                         fence=fence)
     return em.events
 
 

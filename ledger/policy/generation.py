@@ -80,6 +80,10 @@ class GenerationSettings(msgspec.Struct, frozen=True, kw_only=True):
     stop_after_tools: list[str] = []
     exclusive_tools: list[str] | None = None
     max_steps: int = MAX_STEPS
+    #: the deployment's other limits a generation runs under (``limits.max_generation_retries``,
+    #: ``limits.max_tool_output_bytes``), carried into what an attempt records
+    max_generation_retries: int = 25
+    max_tool_output_bytes: int = 1024 * 1024
     compaction_enabled: bool = True
     threshold_percent: int = DEFAULT_THRESHOLD_PERCENT
     context_limit: int = 0

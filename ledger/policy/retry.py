@@ -31,14 +31,16 @@ class RetryDecision(msgspec.Struct, frozen=True, kw_only=True):
     delay: float | None = None
 
 
-def retry_decision(attempt: int, retry_after: float | None = None) -> RetryDecision:
+def retry_decision(attempt: int, retry_after: float | None = None, *,
+                   max_attempts: int = MAX_ATTEMPTS) -> RetryDecision:
     """The worker's decision after a retryable failure of generation attempt ``attempt``.
 
-    No retry at ``attempt <= 0`` (no attempt recorded) or ``attempt >= MAX_ATTEMPTS`` (the chat then
-    finishes with an error). Otherwise the delay is ``delay(attempt - 1)``, unless the provider's
-    retry-after is longer, in which case the retry-after wins.
+    No retry at ``attempt <= 0`` (no attempt recorded) or ``attempt >= max_attempts`` (chatd's
+    ``MaxAttempts``, or the deployment's ``limits.max_generation_retries``: the chat then finishes with an
+    error). Otherwise the delay is ``delay(attempt - 1)``, unless the provider's retry-after is longer, in
+    which case the retry-after wins.
     """
-    if attempt <= 0 or attempt >= MAX_ATTEMPTS:
+    if attempt <= 0 or attempt >= max_attempts:
         return RetryDecision(attempt=attempt, retry=False)
     wait = delay(attempt - 1)
     if retry_after is not None and retry_after > wait:

@@ -30,7 +30,7 @@ from ledger.catalog.state import DEFAULT_DEPLOYMENT, CatalogState, DeploymentSta
 from ledger.chat.state import ChatState
 from ledger.chat.values import AttemptSettings, RecordedModel
 from ledger.errors import LedgerError
-from ledger.policy.generation import DEFAULT_THRESHOLD_PERCENT, MAX_STEPS, GenerationSettings, NextAction
+from ledger.policy.generation import DEFAULT_THRESHOLD_PERCENT, GenerationSettings, NextAction
 from ledger.policy.tools import AdvisorSettings, offered_tools
 
 
@@ -70,10 +70,15 @@ def _try(context: str, chat: ChatModelFacts, catalog: CatalogState | None, deplo
 
 
 def generation_settings(chat: ChatState, catalog: CatalogState | None, deployment: DeploymentState | None,
-                        *, stop_after_tools: Sequence[str] = (), max_steps: int = MAX_STEPS,
+                        *, stop_after_tools: Sequence[str] = (), max_steps: int | None = None,
                         owners: Mapping[UUID, UUID] | None = None) -> SettingsReport:
-    """The generation settings of ``chat`` given its organization's catalog and the deployment."""
+    """The generation settings of ``chat`` given its organization's catalog and the deployment (its limits:
+    steps per turn unless ``max_steps`` overrides it, generation retries, tool output bytes)."""
     deployment = deployment if deployment is not None else DEFAULT_DEPLOYMENT
+    limits = deployment.limits
+    max_steps = max_steps if max_steps is not None else limits.effective("max_steps_per_turn")
+    bounds = {"max_generation_retries": limits.effective("max_generation_retries"),
+              "max_tool_output_bytes": limits.effective("max_tool_output_bytes")}
     if catalog is not None and catalog.organization_id != chat.organization_id:
         catalog = None
     facts = ChatModelFacts(organization_id=chat.organization_id, owner_id=chat.owner_id,
@@ -84,7 +89,7 @@ def generation_settings(chat: ChatState, catalog: CatalogState | None, deploymen
         why = "no catalog for the chat's organization" if root is None else f"{root.code}: {root.message}"
         return SettingsReport(
             settings=GenerationSettings(
-                stop_after_tools=list(stop_after_tools), max_steps=max_steps,
+                stop_after_tools=list(stop_after_tools), max_steps=max_steps, **bounds,
                 threshold_percent=DEFAULT_THRESHOLD_PERCENT, context_limit=recorded or 0,
                 advisor=AdvisorSettings(enabled=deployment.advisor_enabled, model_usable=False,
                                         max_uses_per_turn=deployment.advisor_max_uses_per_turn)),
@@ -98,7 +103,7 @@ def generation_settings(chat: ChatState, catalog: CatalogState | None, deploymen
     advisor = _try("advisor", facts, catalog, deployment, owners)
     compaction_limit = compaction.context_limit if isinstance(compaction, ResolvedModel) else root.context_limit
     settings = GenerationSettings(
-        stop_after_tools=list(stop_after_tools), max_steps=max_steps,
+        stop_after_tools=list(stop_after_tools), max_steps=max_steps, **bounds,
         threshold_percent=config.compression_threshold, context_limit=root.context_limit,
         compaction_context_limit=compaction_limit,
         advisor=AdvisorSettings(enabled=deployment.advisor_enabled,
@@ -129,4 +134,6 @@ def attempt_settings(chat: ChatState, settings: GenerationSettings, model: Recor
         advisor_eligible=advisor.eligible, advisor_reason=advisor.reason,
         advisor_remaining_uses=advisor.remaining_uses, tools=offered_tools(chat, decision.exclusive_tools,
                                                                            advisor.tool_offered),
+        max_steps_per_turn=s.max_steps, max_generation_retries=s.max_generation_retries,
+        max_tool_output_bytes=s.max_tool_output_bytes,
     )

@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 from ledger.catalog import events as cev
+from ledger.catalog.values import DEFAULT_LIMITS
 from tests.catalog.kit import (
     ALICE, BOB, FOREIGN, M1, M2, M3, ORG, ORG2, catalog, chat, config, default_of, org_with, refused, run,
 )
@@ -314,7 +315,7 @@ def test_deployment_settings(memory_app):
     r = run(memory_app, type="set_deployment_settings", advisor_enabled=True, advisor_max_uses_per_turn=5)
     assert r == {"version": 2, "recorded": 2, "settings": {
         "personal_model_overrides_enabled": False, "advisor_enabled": True, "advisor_max_uses_per_turn": 5,
-        "advisor_max_output_tokens": 4096}}
+        "advisor_max_output_tokens": 4096, "limits": DEFAULT_LIMITS}}
     assert run(memory_app, type="set_deployment_settings", advisor_enabled=True)["recorded"] == 0
     refused(memory_app, "invalid_command", "advisor_max_uses_per_turn must be at least 1.",
             type="set_deployment_settings", advisor_max_uses_per_turn=0)
@@ -324,6 +325,18 @@ def test_deployment_settings(memory_app):
     assert run(memory_app, type="set_deployment_settings", advisor_max_output_tokens=100,
                idempotency_key="d1") == first
     assert run(memory_app, type="set_deployment_settings", advisor_enabled=False)["settings"]["advisor_enabled"] is False
+
+
+def test_deployment_limits_replace_as_a_whole_and_zero_is_the_default(memory_app):
+    r = run(memory_app, type="set_deployment_settings", limits={"max_queued_messages_per_chat": 3,
+                                                                "max_prompt_bytes": 10})
+    assert r["settings"]["limits"] == {**DEFAULT_LIMITS, "max_queued_messages_per_chat": 3, "max_prompt_bytes": 10}
+    r = run(memory_app, type="set_deployment_settings", limits={"max_prompt_bytes": 0, "max_steps_per_turn": 7})
+    assert r["settings"]["limits"] == {**DEFAULT_LIMITS, "max_steps_per_turn": 7}
+    assert run(memory_app, type="set_deployment_settings", limits={"max_steps_per_turn": 7})["recorded"] == 0
+    refused(memory_app, "invalid_command", "limits.max_steps_per_turn must be 0 (the default) or positive.",
+            type="set_deployment_settings", limits={"max_steps_per_turn": -1})
+    refused(memory_app, "invalid_command", None, type="set_deployment_settings", limits={"max_bogus": 1})
 
 
 def test_catalog_commands_are_idempotent_with_a_key(memory_app):

@@ -271,7 +271,9 @@ def test_commands_that_resolve_nothing_do_not_read_the_catalog(orgs):
     run(orgs, type="commit_step", chat_id=chat_id, messages=[{"role": "assistant", "parts": [{"type": "text", "text": "a"}]}])
     run(orgs, type="send_message", chat_id=chat_id, text="queued")
     ran = run(orgs, type="record_generation_attempt", chat_id=chat_id)["settings"]  # resolved by the ledger
-    assert [a[0] for a in loads] == [uuid.UUID(ORG), DEPLOYMENT_ID] and ran["source"] == "ledger"
+    # (the step and the send read the deployment's limits, not the catalog; the attempt reads both)
+    assert [a[0] for a in loads] == [DEPLOYMENT_ID, DEPLOYMENT_ID, uuid.UUID(ORG), DEPLOYMENT_ID]
+    assert ran["source"] == "ledger"
     loads.clear()
     ran.pop("source")  # what a runner passes: recorded as given, nothing read
     assert run(orgs, type="record_generation_attempt", chat_id=chat_id, settings=ran)["settings"]["source"] == "runner"

@@ -23,6 +23,7 @@ STATUS_KEYS = {
     "requires_action_deadline_at",
     "compaction_requested_at", "hook_allowed_tools", "model_config_id", "turn_id", "generation_attempt",
     "history_version", "worker_id", "runner_id", "message_count", "version", "updated_at",
+    "title_source", "plan_mode", "pinned_at", "workspace_id", "build_id", "agent_id", "shared", "labels",
 }
 MESSAGE_KEYS = {"message_id", "role", "parts", "visibility", "turn_id", "created_by", "model_config_id", "deleted",
                 "compressed", "created_at", "usage"}

@@ -58,6 +58,7 @@ def test_the_ledger_resolves_and_records_what_the_attempt_runs_with(memory_app):
         "advisor_eligible": True, "advisor_reason": None, "advisor_remaining_uses": 2,
         "tools": {"allowed_tools": ["read_file", "ask_user", "advisor"], "dynamic_tools": ["ask_user"],
                   "advisor": True, "exclusive_tools": ["advisor"]},
+        "max_steps_per_turn": 1200, "max_generation_retries": 25, "max_tool_output_bytes": 1024 * 1024,
         "source": "ledger"}
     (attempt,) = [e for e in app.stream(uuid.UUID(chat_id)) if type(e).__name__ == "GenerationAttemptRecorded"]
     assert attempt.settings.source == "ledger" and str(attempt.runner_id) == RUNNER
@@ -77,7 +78,11 @@ def test_a_runners_settings_are_recorded_as_given(memory_app):
              "model": {"model_config_id": MODEL, "provider": "openai", "model": "gpt-5-custom", "source": "explicit"},
              "tools": {"allowed_tools": None, "dynamic_tools": [], "advisor": False, "exclusive_tools": []}}
     r = run(memory_app, type="record_generation_attempt", chat_id=chat_id, settings=given)
-    assert r["settings"] == {**given, "source": "runner"}
+    unreported = {"max_steps_per_turn": None, "max_generation_retries": None, "max_tool_output_bytes": None}
+    assert r["settings"] == {**given, **unreported, "source": "runner"}
+    limits = {"max_steps_per_turn": 40, "max_generation_retries": 3, "max_tool_output_bytes": 1000}
+    r = run(memory_app, type="record_generation_attempt", chat_id=chat_id, settings={**given, **limits})
+    assert r["settings"] == {**given, **limits, "source": "runner"}
 
 
 @pytest.mark.parametrize("change, words", [
