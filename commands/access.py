@@ -227,7 +227,7 @@ FIELD_RULES: dict[str, str] = {
     "model_config_id": "reference", "requested_model_config_id": "reference", "turn_id": "reference",
     "request_id": "reference",
     "worker_id": "worker", "runner_id": "worker",
-    "workspace_id": "external", "build_id": "external", "agent_id": "external",
+    "workspace_id": "external", "build_id": "external", "agent_id": "external", "workspace_agent_id": "external",
 }
 _CALLER_FIELDS = tuple(name for name, rule in FIELD_RULES.items() if rule == "caller")
 

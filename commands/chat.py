@@ -61,7 +61,9 @@ from ledger.chat.aggregate import Chat
 from ledger.chat.state import ChatState
 from ledger.chat.values import AttemptSettings
 from ledger.errors import LedgerError, invalid_command
-from ledger.streams import refuse_reserved
+from ledger.streams import locate, refuse_reserved
+from ledger.toolcalls import mapping
+from ledger.toolcalls.aggregate import ToolCallExecution
 
 IDEMPOTENT_CREATE_NAMESPACE = UUID("3c1f8a52-7d4e-5b9a-8e21-0f6d4c7b2a93")
 NIL_UUID = UUID(int=0)
@@ -152,6 +154,29 @@ def chat_model_facts(uow: UnitOfWork, state: ChatState, explicit: UUID | None = 
     return load_model_facts(uow, state.organization_id, ids)
 
 
+def record_on_chat(app: Any, uow: UnitOfWork, chat: Chat, events: list[Any], cmd: Any) -> list[Any]:
+    """Record ``events`` on ``chat`` with what they do to its tool-call executions (``ledger.toolcalls.mapping``:
+    a canceled run is cancel_requested or, a background one, detached — its synthetic result then carries the
+    handle; an edit gives up on the runs of the turn it deletes), all in this unit of work. Returns the chat's
+    events as recorded."""
+    affected = mapping.affected_calls(chat.state, events) if any(
+        isinstance(e, (ev.ToolCallsCanceled, ev.MessageEdited)) for e in events) else []
+    if affected:
+        ids = mapping.execution_ids(chat.state, events, affected)
+        streams = {call: locate(app, ToolCallExecution, eid, uow.get) for call, eid in ids.items()}
+        states = {call: (agg.state if agg is not None else None) for call, (_, agg) in streams.items()}
+        by_execution = {call: agg for call, (_, agg) in streams.items() if agg is not None}
+        mapped, detached = mapping.map_executions(
+            affected, states, lambda s: Emitter(by_execution[s.tool_call_id].id, s.version, uow.now, actor=cmd.actor))
+        events = mapping.with_handles(events, detached)
+        uow.record(chat, events)
+        for call, execution_events in mapped.items():
+            uow.record(by_execution[call], execution_events)
+        return events
+    uow.record(chat, events)
+    return events
+
+
 def on_chat(app: Any, cmd: Any, decide: Callable[..., list[Any]], *, models: bool = False,
             explicit: UUID | None = None, more: Sequence[UUID] = (), limits: bool = False) -> dict[str, Any]:
     """Run ``decide(state, em)`` (or, with ``models``, ``decide(state, em, facts)``: first without facts,
@@ -172,7 +197,7 @@ def on_chat(app: Any, cmd: Any, decide: Callable[..., list[Any]], *, models: boo
             except ModelFactsNeeded:
                 facts = chat_model_facts(uow, chat.state, explicit, more)
                 events = decide(chat.state, _emitter(uow, chat, chat.id, cmd), facts, **extra)
-        uow.record(chat, events)
+        events = record_on_chat(app, uow, chat, events, cmd)
         return chat_result(chat.state, events)
 
     return run(app, work)
@@ -465,9 +490,9 @@ def end_chat(app: Any, cmd: EndChat) -> dict[str, Any]:
         events = d.end_chat(chat.state, _emitter(uow, chat, chat.id, cmd), prefix_messages=cmd.prefix_messages,
                             cascaded_to=[m.id for m in members])
         for member in members:
-            uow.record(member, d.end_chat(member.state, _emitter(uow, member, member.id, cmd),
-                                          cascaded_from=chat.id))
-        uow.record(chat, events)
+            record_on_chat(app, uow, member, d.end_chat(member.state, _emitter(uow, member, member.id, cmd),
+                                                        cascaded_from=chat.id), cmd)
+        events = record_on_chat(app, uow, chat, events, cmd)
         return chat_result(chat.state, events)
 
     return run(app, work)

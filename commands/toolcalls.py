@@ -8,7 +8,7 @@ race on one stream: the first save wins and every other attempt is re-decided an
 
 Every result has the execution's fields (``execution_row``) plus the command's outputs:
 ``claim_tool_call`` -> ``outcome`` (``run`` | ``saved`` | ``timed_out``), ``remaining_ms``;
-``record_tool_call_response`` -> ``recorded``;
+``record_tool_call_response`` -> ``recorded``; ``record_tool_call_process`` -> ``recorded``;
 ``cancel_tool_call`` -> ``recorded``, ``received``, ``outcome``, ``result``, ``is_error``.
 A repeat carrying an ``idempotency_key`` already recorded on the execution stream returns the first
 result, rebuilt from the stream as it was then, and records nothing.
@@ -53,6 +53,7 @@ class ClaimToolCall(_ToolCallCommand, tag="claim_tool_call", kw_only=True):
     tool_name: str
     input_sha256: str | None = None
     timeout_ms: int | None = None
+    background: bool = False
 
 
 class RecordToolCallResponse(_ToolCallCommand, tag="record_tool_call_response", kw_only=True):
@@ -63,6 +64,15 @@ class RecordToolCallResponse(_ToolCallCommand, tag="record_tool_call_response", 
     body: str | None = None
     content_type: str = "application/json"
     outcome: str = "completed"
+
+
+class RecordToolCallProcess(_ToolCallCommand, tag="record_tool_call_process", kw_only=True):
+    """The current claim's run is starting (no ``process_id``) or running as ``process_id`` on
+    ``workspace_agent_id`` (chatd's ``UpdateChatToolCallExecutionProcess``)."""
+
+    claim_epoch: int
+    process_id: str | None = None
+    workspace_agent_id: UUID | None = None
 
 
 class CancelToolCall(_ToolCallCommand, tag="cancel_tool_call", kw_only=True):
@@ -80,6 +90,11 @@ def execution_row(s: ToolCallExecutionState) -> dict[str, Any]:
         "tool_call_id": s.tool_call_id,
         "tool_name": s.tool_name,
         "status": s.status,
+        "execution_status": s.execution_status,
+        "background": s.background,
+        "process_id": s.process_id,
+        "workspace_agent_id": str(s.workspace_agent_id) if s.workspace_agent_id else None,
+        "result_committed_at": iso(s.result_committed_at) if s.result_committed_at is not None else None,
         "claim_epoch": s.claim_epoch,
         "input_sha256": s.input_sha256,
         "first_claimed_at": iso(s.first_claimed_at) if s.first_claimed_at is not None else None,
@@ -110,6 +125,10 @@ def _record_outputs(events: Sequence[Any], state: ToolCallExecutionState) -> dic
     return {"recorded": _of(events, ev.ToolCallResponseRecorded) is not None}
 
 
+def _process_outputs(events: Sequence[Any], state: ToolCallExecutionState) -> dict[str, Any]:
+    return {"recorded": _of(events, ev.ToolCallProcessRecorded) is not None}
+
+
 def _cancel_outputs(events: Sequence[Any], state: ToolCallExecutionState) -> dict[str, Any]:
     view = cancel_view(state) or {}
     return {"recorded": _of(events, ev.ToolCallCanceled) is not None, **view}
@@ -119,6 +138,7 @@ def _cancel_outputs(events: Sequence[Any], state: ToolCallExecutionState) -> dic
 _MARKER: dict[type[Command], type] = {
     ClaimToolCall: ev.ToolCallClaimed,
     RecordToolCallResponse: ev.ToolCallResponseRecorded,
+    RecordToolCallProcess: ev.ToolCallProcessRecorded,
     CancelToolCall: ev.ToolCallCanceled,
 }
 
@@ -171,7 +191,15 @@ def _execute(app: Any, cmd: _ToolCallCommand,
 def claim_tool_call(app: Any, cmd: ClaimToolCall) -> dict[str, Any]:
     return _execute(app, cmd, lambda s, em, facts, chat: core.claim(
         s, em, facts, topic=ToolCallExecution.TOPIC, tool_name=cmd.tool_name, input_sha256=cmd.input_sha256,
-        policy=chat.hook_allowed_tools, always_allowed=ALWAYS_OFFERED, timeout_ms=cmd.timeout_ms), _claim_outputs)
+        policy=chat.hook_allowed_tools, always_allowed=ALWAYS_OFFERED, timeout_ms=cmd.timeout_ms,
+        background=cmd.background), _claim_outputs)
+
+
+@handles(RecordToolCallProcess)
+def record_tool_call_process(app: Any, cmd: RecordToolCallProcess) -> dict[str, Any]:
+    return _execute(app, cmd, lambda s, em, facts, chat: core.record_process(
+        s, em, claim_epoch=cmd.claim_epoch, process_id=cmd.process_id, workspace_agent_id=cmd.workspace_agent_id),
+        _process_outputs)
 
 
 @handles(RecordToolCallResponse)

@@ -273,7 +273,11 @@ _SUMMARIES: dict[str, Any] = {
     # tool-call executions
     "ToolCallExecutionOpened": lambda e: (f"tool call {e.tool_call_id} ({e.tool_name}) of message "
                                           f"{e.assistant_message_id} in chat {short(e.chat_id)} opened"),
-    "ToolCallClaimed": lambda e: f"claim {e.claim_epoch}: {e.outcome}",
+    "ToolCallClaimed": lambda e: f"claim {e.claim_epoch}: {e.outcome}" + (" (background)" if e.background else ""),
+    "ToolCallProcessRecorded": lambda e: (f"claim {e.claim_epoch} running as process {e.process_id}"
+                                          if e.process_id else f"claim {e.claim_epoch} starting"),
+    "ToolCallCancelRequested": lambda e: f"cancel requested: {e.reason}",
+    "ToolCallDetached": lambda e: f"detached: process {e.process_id} spared ({e.reason})",
     "ToolCallResponseRecorded": lambda e: f"response recorded: status {e.response.status} ({e.response.content_type})",
     "ToolCallCanceled": lambda e: f"canceled ({e.outcome}; received={e.received})",
 }

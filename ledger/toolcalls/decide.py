@@ -31,12 +31,15 @@ A cancel of a canceled call records nothing and reports the outcome as it now st
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 from ledger.base import Emitter
-from ledger.errors import invalid_command
+from ledger.errors import LedgerError, invalid_command
 from ledger.toolcalls import events as ev
 from ledger.toolcalls.errors import (
     TOOL_CALL_CANCELED,
+    TOOL_CALL_CLAIM_STALE,
+    TOOL_CALL_NOT_RUNNING,
     TOOL_CALL_INPUT_MISMATCH,
     TOOL_CALL_NOT_CANCELABLE,
     TOOL_CALL_NOT_CLAIMED,
@@ -69,7 +72,8 @@ MAX_TIMEOUT_MS = 86_400_000
 
 def claim(state: ToolCallExecutionState | None, em: Emitter, facts: CallFacts, *, topic: str,
           tool_name: str, input_sha256: str | None = None, policy: list[str] | None = None,
-          always_allowed: frozenset[str] = frozenset(), timeout_ms: int | None = None) -> list[Any]:
+          always_allowed: frozenset[str] = frozenset(), timeout_ms: int | None = None,
+          background: bool = False) -> list[Any]:
     """``policy``: the chat's tool policy in force (its ``hook_allowed_tools``; None: every tool);
     ``always_allowed``: tools offered whatever the policy (the advisor). Only a claim that would run the
     tool is checked against the policy: a later claim runs nothing (it gets the saved response).
@@ -83,7 +87,7 @@ def claim(state: ToolCallExecutionState | None, em: Emitter, facts: CallFacts, *
     if state is None:
         _open(em, facts, topic)
         em.emit(ev.ToolCallClaimed, claim_epoch=1, outcome="run", input_sha256=input_sha256, timeout_ms=timeout_ms,
-                remaining_ms=timeout_ms)
+                remaining_ms=timeout_ms, background=background)
         return em.events
     if state.canceled:
         raise refuse(TOOL_CALL_CANCELED)
@@ -117,6 +121,27 @@ def record_response(state: ToolCallExecutionState | None, em: Emitter, response:
         raise refuse(TOOL_CALL_RESPONSE_RECORDED)
     em.emit(ev.ToolCallResponseRecorded, response=response, outcome=outcome,
             wall_duration_ms=wall_duration_ms(state, em.timestamp))
+    return em.events
+
+
+def record_process(state: ToolCallExecutionState | None, em: Emitter, *, claim_epoch: int,
+                   process_id: str | None = None, workspace_agent_id: UUID | None = None) -> list[Any]:
+    """The run of the current claim is starting (no ``process_id``) or running as ``process_id`` (chatd's
+    ``UpdateChatToolCallExecutionProcess``: only the claim that runs it, only while it is live)."""
+    if state is None or not state.claimed:
+        raise refuse(TOOL_CALL_NOT_CLAIMED)
+    if claim_epoch != state.claim_epoch:
+        raise LedgerError(TOOL_CALL_CLAIM_STALE[0], f"claim epoch {claim_epoch} is not the call's current claim "
+                                                    f"({state.claim_epoch})")
+    if state.execution_status not in ("reserved", "starting", "running"):
+        raise refuse(TOOL_CALL_NOT_RUNNING)
+    if process_id is not None and not process_id:
+        raise invalid_command("process_id must not be empty")
+    if (state.process_id, state.workspace_agent_id, state.execution_status) == (
+            process_id, workspace_agent_id, "running" if process_id else "starting"):
+        return em.events  # (the same report again)
+    em.emit(ev.ToolCallProcessRecorded, claim_epoch=claim_epoch, process_id=process_id,
+            workspace_agent_id=workspace_agent_id)
     return em.events
 
 

@@ -16,6 +16,8 @@ TOOL_CALL_INPUT_MISMATCH = ("tool_call_input_mismatch", "input_sha256 does not m
 TOOL_CALL_NOT_CANCELABLE = (
     "tool_call_not_cancelable", "only execute, edit_files and write_file calls can be canceled")
 TOOL_CALL_RESOLVED = ("tool_call_resolved", "tool call already has a result in the chat; there is nothing to cancel")
+TOOL_CALL_CLAIM_STALE = ("tool_call_claim_stale", "the claim epoch is not the call's current claim")
+TOOL_CALL_NOT_RUNNING = ("tool_call_not_running", "the call's run has ended or was given up; no process to record")
 TOOL_CALL_RESPONSE_RECORDED = (
     "tool_call_response_recorded", "a different response is already recorded for this tool call")
 

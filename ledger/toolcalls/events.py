@@ -58,6 +58,39 @@ class ToolCallClaimed(LedgerEvent):
     input_sha256: str | None = None
     timeout_ms: int | None = None
     remaining_ms: int | None = None
+    #: a first claim's run in the background (chatd's ``background``: its process outlives the turn). None
+    #: on claims recorded before the execution ledger kept chatd's statuses: those runs were ``running``
+    #: from the claim on; a claim that records it starts ``reserved``
+    background: bool | None = None
+
+
+class ToolCallProcessRecorded(LedgerEvent):
+    """The run of claim ``claim_epoch`` is being dispatched (no ``process_id``: ``starting``) or runs as
+    ``process_id`` on ``workspace_agent_id`` (``running``) — chatd's ``UpdateChatToolCallExecutionProcess``."""
+
+    TOPIC = "chat-ledger:toolcalls.ToolCallProcessRecorded"
+    claim_epoch: int
+    process_id: str | None = None
+    workspace_agent_id: UUID | None = None
+
+
+class ToolCallCancelRequested(LedgerEvent):
+    """The chat gave up on the run (its synthetic result committed, or an edit deleted the turn that held
+    it or the result that carried its handle): ``cancel_requested``, for the sweep to kill. The event's
+    time is the call's ``result_committed_at`` (the give-up anchor restarts at each mapping)."""
+
+    TOPIC = "chat-ledger:toolcalls.ToolCallCancelRequested"
+    reason: str
+
+
+class ToolCallDetached(LedgerEvent):
+    """A background run spared by a cancellation: the chat's synthetic result carries its process handle
+    (``process_id``) instead of an error, so the process stays addressable (``detached``). The event's
+    time is the call's ``result_committed_at``."""
+
+    TOPIC = "chat-ledger:toolcalls.ToolCallDetached"
+    process_id: str
+    reason: str
 
 
 class ToolCallResponseRecorded(LedgerEvent):

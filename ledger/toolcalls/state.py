@@ -13,6 +13,11 @@ from ledger.base import remember_idempotency_key
 from ledger.toolcalls import events as ev
 
 Status = Literal["running", "done", "canceled"]
+#: chatd's execution statuses (``chat_tool_call_executions.status``), as the events leave the call
+ExecutionStatus = Literal["reserved", "starting", "running", "exited", "detached", "cancel_requested", "canceled",
+                          "unknown", "no_effect"]
+#: the statuses of a run the chat may still have to stop or account for
+LIVE_STATUSES = frozenset({"reserved", "starting", "running", "detached"})
 
 #: docs/chatd.md §5.3 cancel outcome texts (exact)
 NOT_RUN_TEXT = "tool call was canceled before it ran; no changes were made"
@@ -49,6 +54,13 @@ class ToolCallExecutionState(msgspec.Struct, kw_only=True):
     cancel_outcome: str | None = None
     cancel_result: Any = None
     cancel_is_error: bool = False
+    #: chatd's status (``ExecutionStatus``), set by each event (docs/commands.md, "Tool-call execution statuses")
+    execution_status: str = "reserved"
+    background: bool = False
+    process_id: str | None = None
+    workspace_agent_id: UUID | None = None
+    #: when the chat last committed a result for the call that it gave up on or detached (chatd's anchor)
+    result_committed_at: datetime | None = None
     idempotency: dict[str, list[int]] = msgspec.field(default_factory=dict)
     version: int = 0
     updated_at: datetime | None = None
@@ -110,6 +122,10 @@ def cancel_view(state: ToolCallExecutionState) -> dict[str, Any] | None:
     return {"received": bool(state.received), "outcome": outcome, "result": result, "is_error": is_error}
 
 
+#: a cancel's outcome -> chatd's status (``completed``: the run had ended, the status stays ``exited``)
+_CANCELED_STATUS = {"not_run": "no_effect", "canceled_while_running": "canceled", "pending": "cancel_requested"}
+
+
 def evolve(state: ToolCallExecutionState | None, event: Any) -> ToolCallExecutionState:
     t = type(event)
     if t is ev.ToolCallExecutionOpened:
@@ -127,16 +143,32 @@ def evolve(state: ToolCallExecutionState | None, event: Any) -> ToolCallExecutio
             if state.first_claimed_at is None:
                 state.first_claimed_at = event.timestamp
                 state.timeout_ms = event.timeout_ms
+            if event.outcome == "run":
+                # (a claim recorded before the statuses existed: its run was going from the claim on)
+                state.execution_status = "running" if event.background is None else "reserved"
+                state.background = bool(event.background)
+        elif t is ev.ToolCallProcessRecorded:
+            state.process_id = event.process_id
+            state.workspace_agent_id = event.workspace_agent_id
+            state.execution_status = "running" if event.process_id else "starting"
         elif t is ev.ToolCallResponseRecorded:
             state.response = event.response
             state.response_outcome = event.outcome
             state.wall_duration_ms = event.wall_duration_ms
+            state.execution_status = "unknown" if event.outcome == "unknown" else "exited"
         elif t is ev.ToolCallCanceled:
             state.canceled = True
             state.received = event.received
             state.cancel_outcome = event.outcome
             state.cancel_result = event.result
             state.cancel_is_error = event.is_error
+            state.execution_status = _CANCELED_STATUS.get(event.outcome, state.execution_status)
+        elif t is ev.ToolCallCancelRequested:
+            state.execution_status = "cancel_requested"
+            state.result_committed_at = event.timestamp
+        elif t is ev.ToolCallDetached:
+            state.execution_status = "detached"
+            state.result_committed_at = event.timestamp
         else:  # pragma: no cover - every event class is handled above
             raise TypeError(f"unexpected event {t.__name__}")
     state.version = event.originator_version

@@ -22,6 +22,8 @@ import commands.uow as uow_module
 from commands.handler import command_from_dict, execute
 from ledger.base import Emitter
 from ledger.chat import events as ev
+from ledger.chat.aggregate import Chat
+from ledger.toolcalls.aggregate import ToolCallExecution
 from ledger.chat.rules import IDLE_STATES
 from ledger.chat.state import VALID_STATES, outstanding_tool_calls
 from ledger.chat.views import message_rows
@@ -65,6 +67,7 @@ class ChatMachine(RuleBasedStateMachine):
         super().__init__()
         self.app = ChatLedgerApp(env={"PERSISTENCE_MODULE": "eventsourcing.popo"})
         self.live: dict[uuid.UUID, Any] = {}
+        self.executions: dict[uuid.UUID, Any] = {}
         LiveUnitOfWork.live = self.live
         self._saved = uow_module.UnitOfWork
         uow_module.UnitOfWork = LiveUnitOfWork  # type: ignore[misc]
@@ -94,8 +97,7 @@ class ChatMachine(RuleBasedStateMachine):
             self.refusals += 1
             return None
         if LiveUnitOfWork.last is not None:
-            for agg_id, agg in LiveUnitOfWork.last._dirty.items():
-                self.live[agg_id] = agg
+            self._keep(LiveUnitOfWork.last)
         if "execution_state" in result:
             s = self.state(uuid.UUID(result["chat_id"]))
             assert result["message_ids"] == list(range(before + 1, len(s.messages) + 1)), (command, result)
@@ -107,6 +109,14 @@ class ChatMachine(RuleBasedStateMachine):
                 # an idle chat that resumes never keeps an owner (chatd TestResumeFromIdleClearsOwnership)
                 assert s.worker_id is None and s.runner_id is None, (command, result)
         return result
+
+    def _keep(self, uow: Any) -> None:
+        """What a command wrote: chats into ``live``, tool-call executions into ``executions``."""
+        for agg_id, agg in uow._dirty.items():
+            if isinstance(agg, Chat):
+                self.live[agg_id] = agg
+            elif isinstance(agg, ToolCallExecution):
+                self.executions[agg_id] = agg
 
     def state(self, chat_id: uuid.UUID) -> Any:
         return self.live[chat_id].state
@@ -239,8 +249,7 @@ class ChatMachine(RuleBasedStateMachine):
             return
         assert valid
         if LiveUnitOfWork.last is not None:
-            for agg_id, agg in LiveUnitOfWork.last._dirty.items():
-                self.live[agg_id] = agg
+            self._keep(LiveUnitOfWork.last)
 
     @rule(chat=chats, partial=st.booleans())
     def finish_interruption(self, chat, partial):
@@ -302,6 +311,65 @@ class ChatMachine(RuleBasedStateMachine):
     @rule(chat=chats, prefix=prefixes)
     def end(self, chat, prefix):
         self.do(type="end_chat", chat_id=str(chat), prefix_messages=prefix)
+
+    @rule(chat=chats, command=st.sampled_from([
+        ("set_plan_mode", {"plan_mode": "plan"}), ("set_plan_mode", {"plan_mode": None}), ("pin_chat", {}),
+        ("unpin_chat", {}), ("share_chat", {}), ("unshare_chat", {}), ("set_labels", {"labels": {"k": "v"}}),
+        ("set_workspace_binding", {"workspace_id": str(uuid.UUID(int=7))}), ("set_title", {"title": "t",
+                                                                                          "source": "generated"})]))
+    def metadata(self, chat, command):
+        kind, fields = command
+        before = self.state(chat) if chat in self.live else None
+        frozen = (before.execution_state, len(before.queue), before.history_version) if before else None
+        self.do(type=kind, chat_id=str(chat), **fields)
+        if before is not None:
+            after = self.state(chat)
+            assert (after.execution_state, len(after.queue), after.history_version) == frozen, kind
+
+    @rule(chat=chats, background=st.booleans(), process=st.booleans())
+    def run_tool(self, chat, background, process):
+        """A runner claims the first open local call of the latest assistant message (and reports its
+        process): later cancellations and edits map it."""
+        if chat not in self.live:
+            return
+        s = self.state(chat)
+        calls = [c for c in outstanding_tool_calls(s) if c.tool_name not in s.dynamic_tools]
+        if not calls:
+            return
+        amid = next(m.message_id for m in reversed(s.messages) if any(c.tool_call_id == calls[0].tool_call_id
+                                                                      for c in m.calls))
+        base = {"chat_id": str(chat), "assistant_message_id": amid, "tool_call_id": calls[0].tool_call_id}
+        for kind, fields in (("claim_tool_call", {"tool_name": calls[0].tool_name, "background": background}),
+                             ("record_tool_call_process", {"claim_epoch": 1, "process_id": "p"} if process else None)):
+            if fields is None:
+                continue
+            LiveUnitOfWork.last = None
+            try:
+                execute(self.app, command_from_dict({"type": kind, **base, **fields}))
+            except LedgerError:
+                return
+            if LiveUnitOfWork.last is not None:
+                self._keep(LiveUnitOfWork.last)
+
+    @rule(queue=st.sampled_from([0, 1, 3]), prompt=st.sampled_from([0, 1, 4]))
+    def limits(self, queue, prompt):
+        """The deployment's limits change under the chats (decisions record the values they applied)."""
+        LiveUnitOfWork.last = None
+        execute(self.app, command_from_dict({"type": "set_deployment_settings", "limits": {
+            "max_queued_messages_per_chat": queue, "max_prompt_bytes": prompt}}))
+
+    @invariant()
+    def execution_ledger(self):
+        """Replay equals live for every tool-call execution; a detached run is a background run with a
+        process; a run the chat gave up on carries when (``result_committed_at``)."""
+        for eid, agg in self.executions.items():
+            replayed = self.app.load(eid)
+            assert replayed.state == agg.state
+            s = agg.state
+            if s.execution_status == "detached":
+                assert s.background and s.process_id
+            if s.execution_status in ("detached", "cancel_requested") and not s.canceled:
+                assert s.result_committed_at is not None
 
     @rule(chat=chats, worker=st.sampled_from(USERS))
     def acquire(self, chat, worker):
@@ -366,8 +434,7 @@ class ChatMachine(RuleBasedStateMachine):
             return
         assert not mismatch, (kind, fence)
         if LiveUnitOfWork.last is not None:
-            for agg_id, agg in LiveUnitOfWork.last._dirty.items():
-                self.live[agg_id] = agg
+            self._keep(LiveUnitOfWork.last)
         recorded = next(e for e in self.app.stream(chat, gt=version) if hasattr(e, "fence"))
         assert msgspec.to_builtins(recorded.fence) == fence, (kind, recorded)
         if kind != "record_generation_attempt":  # (its own field is the new attempt's number)

@@ -124,7 +124,12 @@ def run_everything(do: Script, draw: Any) -> None:
     do("set_user_model_override", organization_id=org, user_id=user, context="root", mode="model",
        model_config_id=model, reasoning_effort=draw(efforts))
     do("set_deployment_settings", personal_model_overrides_enabled=True, advisor_enabled=draw(st.booleans()),
-       advisor_max_uses_per_turn=draw(limits), advisor_max_output_tokens=draw(limits))
+       advisor_max_uses_per_turn=draw(limits), advisor_max_output_tokens=draw(limits),
+       # the widest limits (the values drawn below must be accepted, whatever their size)
+       limits={"max_prompt_bytes": draw(limits) | 2**40, "max_tool_output_bytes": draw(limits) | 2**40,
+               "max_attachments_per_chat": draw(limits) | 2**40, "max_queued_messages_per_chat": draw(counts),
+               "max_dynamic_tools_per_chat": draw(counts), "max_steps_per_turn": draw(counts),
+               "max_generation_retries": draw(counts)})
 
     dynamic = draw(names)
     created = do("create_chat", organization_id=org, owner_id=user, title=draw(titles),
@@ -148,8 +153,11 @@ def run_everything(do: Script, draw: Any) -> None:
         {"type": "file", "file_id": draw(texts), "media_type": draw(small_text)},
     ])])
     assistant = (step or {}).get("message_ids", [draw(lookups)])[-1]
-    do("claim_tool_call", chat_id=chat, assistant_message_id=assistant, tool_call_id=local, tool_name="read",
-       input_sha256=draw(small_text))
+    claimed = do("claim_tool_call", chat_id=chat, assistant_message_id=assistant, tool_call_id=local,
+                 tool_name="read", input_sha256=draw(small_text), background=draw(st.booleans()))
+    do("record_tool_call_process", chat_id=chat, assistant_message_id=assistant, tool_call_id=local,
+       claim_epoch=(claimed or {}).get("claim_epoch") or draw(lookups), process_id=draw(texts),
+       workspace_agent_id=str(uuid4()))
     response = ToolCallResponse(status=draw(st.integers(100, 599)), body=draw(texts), content_type=draw(small_text))
     saved = do("record_tool_call_response", chat_id=chat, assistant_message_id=assistant, tool_call_id=local,
                status=response.status, body=response.body, content_type=response.content_type)
@@ -172,6 +180,15 @@ def run_everything(do: Script, draw: Any) -> None:
     do("interrupt", chat_id=chat, reason=draw(texts))
     do("finish_interruption", chat_id=chat, partial_messages=[message(draw, "assistant", [text_part(draw)])])
     do("set_title", chat_id=chat, title=draw(titles))
+    do("set_plan_mode", chat_id=chat, plan_mode=draw(st.sampled_from(["plan", None])))
+    do("pin_chat", chat_id=chat)
+    do("set_workspace_binding", chat_id=chat, workspace_id=str(uuid4()), build_id=str(uuid4()),
+       agent_id=str(uuid4()))
+    do("share_chat", chat_id=chat)
+    do("set_labels", chat_id=chat, labels=draw(st.dictionaries(st.sampled_from(["env", "team", "a.b/c-d_e"]),
+                                                                texts, max_size=3)))
+    do("unshare_chat", chat_id=chat)
+    do("unpin_chat", chat_id=chat)
     do("edit_message", chat_id=chat, message_id=1, text=draw(texts))
     do("finish_error", chat_id=chat, error={"message": draw(texts), "kind": draw(small_text)})
     do("fail_idle", chat_id=chat, error=draw(texts))

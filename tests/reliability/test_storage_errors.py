@@ -140,7 +140,7 @@ def test_full_sqlite_file_is_named_and_nothing_is_half_written(tmp_path: Path) -
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    small, big = "a small one", "x" * 400_000  # the big message cannot fit in what is left
+    small, big = "a small one", "x" * 200_000  # the big message cannot fit in what is left (and is under max_prompt_bytes)
     r = cli(f"sqlite:///{db}", "apply", "-", stdin=send(chat_id, small) + send(chat_id, big) + send(chat_id, small),
             preexec=full_disk)
     results = [json.loads(line) for line in r.stdout.split("\n") if line.strip()]
