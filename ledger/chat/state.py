@@ -23,9 +23,6 @@ from ledger.chat.index import MessageIndex
 from ledger.chat.messageinfo import MessageInfo, ToolCall
 from ledger.chat.values import ChatError, QueuedPrompt
 
-#: the queue cap of a send that names none (``send_message.max_queue_size``)
-MAX_QUEUE_SIZE = 20
-
 
 class ChatState(msgspec.Struct, kw_only=True):
     chat_id: UUID

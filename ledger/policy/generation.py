@@ -34,6 +34,7 @@ from uuid import UUID
 
 import msgspec
 
+from ledger.catalog.values import DEFAULT_LIMITS
 from ledger.chat.state import (
     ChatState,
     MessageInfo,
@@ -60,7 +61,8 @@ FinishReason = Literal["stop_after_tool", "complete", "max_steps"]
 CompactionStatus = Literal["needed", "after_compaction", "not_needed", "still_over_limit"]
 
 #: chatd ``maxChatSteps``: the absolute upper bound on LLM round-trips per chat turn.
-MAX_STEPS = 1200
+#: the steps a turn may take when the deployment sets no limit (``limits.max_steps_per_turn``)
+MAX_STEPS = DEFAULT_LIMITS["max_steps_per_turn"]
 DEFAULT_THRESHOLD_PERCENT = 70
 STILL_OVER_LIMIT_MESSAGE = (
     "Conversation compaction could not reduce the history below the configured limit. "
@@ -82,8 +84,8 @@ class GenerationSettings(msgspec.Struct, frozen=True, kw_only=True):
     max_steps: int = MAX_STEPS
     #: the deployment's other limits a generation runs under (``limits.max_generation_retries``,
     #: ``limits.max_tool_output_bytes``), carried into what an attempt records
-    max_generation_retries: int = 25
-    max_tool_output_bytes: int = 1024 * 1024
+    max_generation_retries: int = DEFAULT_LIMITS["max_generation_retries"]
+    max_tool_output_bytes: int = DEFAULT_LIMITS["max_tool_output_bytes"]
     compaction_enabled: bool = True
     threshold_percent: int = DEFAULT_THRESHOLD_PERCENT
     context_limit: int = 0

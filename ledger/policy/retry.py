@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import msgspec
 
+from ledger.catalog.values import DEFAULT_LIMITS
+
 INITIAL_DELAY = 1.0
 MAX_DELAY = 60.0
-MAX_ATTEMPTS = 25
+MAX_ATTEMPTS = DEFAULT_LIMITS["max_generation_retries"]
 
 
 def delay(n: int) -> float:
