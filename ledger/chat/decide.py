@@ -17,7 +17,6 @@ the event that uses it (``model_resolution``).
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid5
 
@@ -31,7 +30,7 @@ from ledger.catalog.resolve import (
 )
 from ledger.chat import events as ev
 from ledger.catalog.values import Limits
-from ledger.chat.draft import Draft
+from ledger.chat.draft import Draft, LimitChecks
 from ledger.chat.rules import (
     CHAT_ENDED,
     INTERRUPTED_BY_USER,
@@ -121,12 +120,12 @@ def create_chat(em: Emitter, *, chat_topic: str, organization_id: UUID, owner_id
     if message.role != "user":
         raise transition_not_allowed("CreateChat", "N",
                                      "admitted chat creation requires exactly one initial user message")
-    draft = Draft(_NEW_CHAT, em, None, limits)
-    most = draft._limit("max_dynamic_tools_per_chat")
+    checks = LimitChecks(limits)  # (a new chat links no file yet)
+    most = checks.value("max_dynamic_tools_per_chat")
     if len(dynamic_tools) > most or any(not n for n in dynamic_tools) or len(set(dynamic_tools)) != len(dynamic_tools):
         raise invalid_command(f"dynamic_tools must be at most {most} unique, non-empty names")
-    draft.check_prompt(message.parts)
-    draft.check_attachments([message])
+    checks.prompt(message.parts)
+    checks.attachments([message])
     root_chat_id = em.originator_id
     if parent is not None:
         if parent.archived:
@@ -154,14 +153,9 @@ def create_chat(em: Emitter, *, chat_topic: str, organization_id: UUID, owner_id
         status=initial_status, turn_id=turn, messages=[first],
         model_config_id=resolution.model_config_id,
         hook_allowed_tools=None if hook_allowed_tools is None else list(dict.fromkeys(hook_allowed_tools)),
-        dynamic_tools=dynamic_tools, model_resolution=resolution, limits=draft.recorded_limits(),
+        dynamic_tools=dynamic_tools, model_resolution=resolution, limits=checks.recorded(),
     )
     return em.events
-
-
-#: the state the limits of a chat's creation are checked against: a chat with no files linked yet
-_NEW_CHAT = ChatState(chat_id=NIL_CHAT_ID, organization_id=NIL_CHAT_ID, owner_id=NIL_CHAT_ID, parent_chat_id=None,
-                      root_chat_id=NIL_CHAT_ID, title="", created_at=datetime.min)
 
 
 def child_created(em: Emitter, parent: ChatState, child_chat_id: UUID) -> list[Any]:
@@ -192,8 +186,8 @@ def send_message(state: ChatState, em: Emitter, *, message: MessageInput, busy_b
     prefix = list(prefix_messages)
     if st in ("W", "E0"):
         resolution = chosen or d.kept()
-        d.check_prompt(message.parts)
-        d.check_attachments([*prefix, message])
+        d.limits.prompt(message.parts)
+        d.limits.attachments([*prefix, message])
         d.cancel(NEW_USER_MESSAGE)
         turn = turn_id or turn_id_for(state.chat_id, "message", d.next_id + len(prefix))
         pre = d.messages(prefix, turn_id=turn)
@@ -203,7 +197,7 @@ def send_message(state: ChatState, em: Emitter, *, message: MessageInput, busy_b
                 messages=pre + [prompt], hook_allowed_tools=hook_allowed_tools,
                 tool_policy_before=state.hook_allowed_tools,
                 tool_policy=narrow_tool_policy(state.hook_allowed_tools, hook_allowed_tools),
-                model_config_id=explicit, model_resolution=resolution, limits=d.recorded_limits())
+                model_config_id=explicit, model_resolution=resolution, limits=d.limits.recorded())
         d.resumed_from_idle("send_message")
         return em.events
     if st.startswith("A") and interrupt:
@@ -254,9 +248,9 @@ def edit_message(state: ChatState, em: Emitter, *, message_id: int, message: Mes
         raise LedgerError("edited_message_not_user", "only user messages can be edited")
     explicit = model_config_id or message.model_config_id
     resolution = Draft(state, em, models).explicit(explicit)
-    checks = Draft(state, em, None, limits)
-    checks.check_prompt(message.parts)
-    checks.check_attachments([*prefix_messages, message, *suffix_messages])
+    checks = LimitChecks(limits, state.attachments)
+    checks.prompt(message.parts)
+    checks.attachments([*prefix_messages, message, *suffix_messages])
     stale = stale_hook_prefix(state, idx)
     deleted = stale + [m.message_id for m in state.messages[idx:] if not m.deleted]
     em.emit(ev.MessageEdited, edited_message_id=message_id, deleted_message_ids=deleted,
@@ -289,7 +283,7 @@ def edit_message(state: ChatState, em: Emitter, *, message_id: int, message: Mes
             messages=pre + [replacement] + suffix, hook_allowed_tools=hook_allowed_tools,
             tool_policy_before=state.hook_allowed_tools,
             tool_policy=narrow_tool_policy(state.hook_allowed_tools, hook_allowed_tools),
-            model_config_id=explicit, model_resolution=resolution, limits=checks.recorded_limits())
+            model_config_id=explicit, model_resolution=resolution, limits=checks.recorded())
     d.resumed_from_idle("edit_message")
     return em.events
 
@@ -372,9 +366,9 @@ def complete_requires_action(state: ChatState, em: Emitter, *, results: list[Too
         for r, value in zip(results, parsed)
     ]
     msgs += d.messages(list(suffix_messages), turn_id=state.turn_id)
-    d.check_tool_output(msgs)
-    d.check_attachments(msgs)
-    em.emit(ev.ToolResultsSubmitted, messages=msgs, limits=d.recorded_limits())
+    d.limits.tool_output(msgs)
+    d.limits.attachments(msgs)
+    em.emit(ev.ToolResultsSubmitted, messages=msgs, limits=d.limits.recorded())
     return em.events
 
 

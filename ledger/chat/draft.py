@@ -3,7 +3,7 @@ with the rules that look at the batch itself (cancellations, promotions at a tur
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 from uuid import UUID
 
 import msgspec
@@ -44,6 +44,54 @@ from ledger.chat.values import (
 from ledger.errors import LedgerError, invalid_command, transition_not_allowed
 
 
+class LimitChecks:
+    """The deployment's limits (docs/commands.md, "Limits") as one command's rules apply them: each check reads
+    the value in force and remembers it (``recorded``: what the event carrying the decision records).
+    ``linked``: the files the chat already links (they do not count again)."""
+
+    def __init__(self, limits: Limits | None, linked: Sequence[str] = ()) -> None:
+        self.limits = limits if limits is not None else Limits()
+        self.linked = linked
+        self.used: dict[str, int] = {}
+
+    def value(self, name: str) -> int:
+        value = self.used[name] = self.limits.effective(name)
+        return value
+
+    def recorded(self) -> dict[str, int] | None:
+        return dict(sorted(self.used.items())) or None
+
+    def prompt(self, parts: list[Part]) -> None:
+        """A user prompt's text is at most ``max_prompt_bytes`` (UTF-8)."""
+        cap = self.value("max_prompt_bytes")
+        size = sum(len(p.text.encode()) for p in parts if type(p) is TextPart)
+        if size > cap:
+            raise LedgerError("prompt_too_large", f"the prompt is {size} bytes of text; the deployment allows at "
+                                                  f"most {cap} (limits.max_prompt_bytes)")
+
+    def attachments(self, messages: list[Any]) -> None:
+        """The chat links at most ``max_attachments_per_chat`` files (chatd's per-chat file cap: a file already
+        linked does not count again; links outlive an edit). ``messages``: anything with ``parts``."""
+        cap = self.value("max_attachments_per_chat")
+        new = {p.file_id for m in messages for p in m.parts if type(p) is FilePart} - set(self.linked)
+        if new and len(self.linked) + len(new) > cap:
+            raise LedgerError("chat_attachment_cap_exceeded", f"chat attachment cap exceeded (the chat links "
+                                                              f"{len(self.linked)} files; at most {cap})")
+
+    def tool_output(self, messages: list[Message]) -> None:
+        """Each tool result, encoded as JSON, is at most ``max_tool_output_bytes`` (a runner truncates before
+        committing: its attempt's settings carry the limit)."""
+        cap = self.value("max_tool_output_bytes")
+        for m in messages:
+            for p in m.parts:
+                if type(p) is ToolResultPart:
+                    size = len(msgspec.json.encode(p.result))
+                    if size > cap:
+                        raise LedgerError("tool_output_too_large", f"the result of tool call {p.tool_call_id} is "
+                                                                   f"{size} bytes; the deployment allows at most "
+                                                                   f"{cap} (limits.max_tool_output_bytes)")
+
+
 class Draft:
     """The messages a command inserts, in order, with ids continuing the chat's sequence, and the
     message index as it will be after them (for rules that look at the batch itself)."""
@@ -53,10 +101,8 @@ class Draft:
         self.state = state
         self.em = em
         self.models = models
-        #: the deployment's limits (None: the defaults) and those this command's rules used, by name, with the
-        #: value in force (recorded in the event that carries the decision: ``recorded_limits``)
-        self.limits = limits if limits is not None else Limits()
-        self.used: dict[str, int] = {}
+        #: the deployment's limits (None: the defaults) as this command's rules apply them
+        self.limits = LimitChecks(limits, state.attachments)
         self.next_id = state.next_message_id
         self.added: list[MessageInfo] = []
         self.policy = state.hook_allowed_tools
@@ -146,9 +192,9 @@ class Draft:
         """Append a prompt at the tail. The cap is the send's ``max_queue_size``, else the deployment's
         ``max_queued_messages_per_chat`` (default 20), checked only here, where a row is queued; the count
         includes a row under edit (docs/chatd.md §4.1). The prompt's size and files are checked first."""
-        self.check_prompt(message.parts)
-        self.check_attachments([message, *prefix])
-        cap = self._limit("max_queued_messages_per_chat") if max_queue_size is None else max_queue_size
+        self.limits.prompt(message.parts)
+        self.limits.attachments([message, *prefix])
+        cap = self.limits.value("max_queued_messages_per_chat") if max_queue_size is None else max_queue_size
         if cap <= 0:
             raise invalid_command(f"insert queued: max queue size must be positive, got {cap}")
         if len(self.queue) >= cap:
@@ -162,48 +208,9 @@ class Draft:
             model_config_id=model_config_id or message.model_config_id,
             created_at=self.em.timestamp,
         )
-        self.em.emit(ev.PromptQueued, prompt=prompt, limits=self.recorded_limits())
+        self.em.emit(ev.PromptQueued, prompt=prompt, limits=self.limits.recorded())
         self.queue.append(prompt)
         return prompt
-
-    # -- the deployment's limits (docs/commands.md, "Limits") -------------------------------------------------
-    def _limit(self, name: str) -> int:
-        value = self.used[name] = self.limits.effective(name)
-        return value
-
-    def recorded_limits(self) -> dict[str, int] | None:
-        return dict(sorted(self.used.items())) or None
-
-    def check_prompt(self, parts: list[Part]) -> None:
-        """A user prompt's text is at most ``max_prompt_bytes`` (UTF-8)."""
-        cap = self._limit("max_prompt_bytes")
-        size = sum(len(p.text.encode()) for p in parts if type(p) is TextPart)
-        if size > cap:
-            raise LedgerError("prompt_too_large", f"the prompt is {size} bytes of text; the deployment allows at "
-                                                  f"most {cap} (limits.max_prompt_bytes)")
-
-    def check_attachments(self, messages: list[Any]) -> None:
-        """The chat links at most ``max_attachments_per_chat`` files (chatd's per-chat file cap: a file already
-        linked does not count again; links outlive an edit). ``messages``: anything with ``parts``."""
-        cap = self._limit("max_attachments_per_chat")
-        linked = self.state.attachments
-        new = {p.file_id for m in messages for p in m.parts if type(p) is FilePart} - set(linked)
-        if new and len(linked) + len(new) > cap:
-            raise LedgerError("chat_attachment_cap_exceeded", f"chat attachment cap exceeded (the chat links "
-                                                              f"{len(linked)} files; at most {cap})")
-
-    def check_tool_output(self, messages: list[Message]) -> None:
-        """Each tool result, encoded as JSON, is at most ``max_tool_output_bytes`` (a runner truncates before
-        committing: its attempt's settings carry the limit)."""
-        cap = self._limit("max_tool_output_bytes")
-        for m in messages:
-            for p in m.parts:
-                if type(p) is ToolResultPart:
-                    size = len(msgspec.json.encode(p.result))
-                    if size > cap:
-                        raise LedgerError("tool_output_too_large", f"the result of tool call {p.tool_call_id} is "
-                                                                   f"{size} bytes; the deployment allows at most "
-                                                                   f"{cap} (limits.max_tool_output_bytes)")
 
     def head_under_edit(self) -> bool:
         return bool(self.queue) and self.queue[0].queued_message_id == self.editing
@@ -251,12 +258,12 @@ class Draft:
                             fence: Fence | None = None) -> None:
         msgs = self.messages(partial, turn_id=self.state.turn_id)
         if msgs:
-            self.check_tool_output(msgs)
-            self.check_attachments(msgs)
+            self.limits.tool_output(msgs)
+            self.limits.attachments(msgs)
         if self.outstanding():
             raise transition_not_allowed("FinishInterruption", self.state.execution_state,
                                          "outstanding tool calls remain after partial commit")
-        self.em.emit(ev.InterruptionFinished, messages=msgs, unowned=unowned, limits=self.recorded_limits(),
+        self.em.emit(ev.InterruptionFinished, messages=msgs, unowned=unowned, limits=self.limits.recorded(),
                      **worker_facts(self.state, fence))
         self.at_boundary()
 

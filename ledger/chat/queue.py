@@ -86,10 +86,10 @@ def edit_queued_message(state: ChatState, em: Emitter, *, queued_message_id: int
             raise invalid_command("Content is required.")
         if model_config_id is not None:
             d.explicit(model_config_id)  # validated like an explicit model on a send
-        d.check_prompt(list(content))
-        d.check_attachments([MessageInput(role="user", parts=list(content))])
+        d.limits.prompt(list(content))
+        d.limits.attachments([MessageInput(role="user", parts=list(content))])
         em.emit(ev.QueuedPromptEdited, queued_message_id=queued_message_id, parts=list(content),
-                model_config_id=model_config_id, reasoning_effort=reasoning_effort, limits=d.recorded_limits())
+                model_config_id=model_config_id, reasoning_effort=reasoning_effort, limits=d.limits.recorded())
         d.queue = [edited_prompt(q, list(content), model_config_id, reasoning_effort)
                    if q.queued_message_id == queued_message_id else q for q in d.queue]
     if editing is True and not under_edit:

@@ -63,11 +63,11 @@ def commit_step(state: ChatState, em: Emitter, *, messages: list[MessageInput],
         raise invalid_command("CommitStep requires at least one message")
     d = Draft(state, em, None, limits)
     msgs = d.messages(messages, turn_id=state.turn_id)
-    d.check_tool_output(msgs)
-    d.check_attachments(msgs)
+    d.limits.tool_output(msgs)
+    d.limits.attachments(msgs)
     em.emit(ev.StepCommitted, messages=msgs,
             consumed_compaction_request=consume_compaction_request and state.compaction_requested_at is not None,
-            limits=d.recorded_limits(), **worker_facts(state, fence))
+            limits=d.limits.recorded(), **worker_facts(state, fence))
     return em.events
 
 
