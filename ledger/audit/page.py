@@ -259,35 +259,20 @@ def chat_page(data: dict[str, Any], events: list[Any], settings_at: SettingsAt =
 
 
 def chat_metadata(events: list[Any]) -> dict[str, Any]:
-    """The chat's metadata as its events leave it (each with the version that set it last): title source,
-    plan mode, pin, workspace binding, sharing, labels."""
-    from ledger.chat import events as ev
-    from ledger.chat.evolve import recorded_title_source
+    """The chat's metadata as its events leave it (the chat's own fold: title source, plan mode, pin,
+    workspace binding, sharing, labels)."""
+    from ledger.chat.evolve import evolve
 
-    out: dict[str, Any] = {"title_source": None, "plan_mode": None, "pinned": False, "workspace_id": None,
-                           "build_id": None, "agent_id": None, "shared": False, "labels": {}, "versions": {}}
+    state = None
     for e in events:
-        v = e.originator_version
-        if isinstance(e, ev.ChatCreated):
-            out["title_source"] = e.title_source or recorded_title_source(e)
-        elif isinstance(e, ev.TitleSet):
-            out["title_source"], out["versions"]["title_source"] = e.source or "user", v
-        elif isinstance(e, ev.PlanModeSet):
-            out["plan_mode"], out["versions"]["plan_mode"] = e.plan_mode, v
-        elif isinstance(e, ev.PinSet):
-            out["pinned"], out["versions"]["pinned"] = e.pinned, v
-        elif isinstance(e, (ev.ArchivedSet, ev.ChatEnded)) and getattr(e, "archived", True) and out["pinned"]:
-            out["pinned"], out["versions"]["pinned"] = False, v
-        elif isinstance(e, ev.WorkspaceBound):
-            out.update(workspace_id=str(e.workspace_id) if e.workspace_id else None,
-                       build_id=str(e.build_id) if e.build_id else None,
-                       agent_id=str(e.agent_id) if e.agent_id else None)
-            out["versions"]["workspace"] = v
-        elif isinstance(e, ev.SharingSet):
-            out["shared"], out["versions"]["shared"] = e.shared, v
-        elif isinstance(e, ev.LabelsSet):
-            out["labels"], out["versions"]["labels"] = dict(e.labels), v
-    return out
+        state = evolve(state, e)
+    return {"title_source": state.title_source, "plan_mode": state.plan_mode, "pinned": state.pinned_at is not None,
+            "workspace_id": _id(state.workspace_id), "build_id": _id(state.build_id),
+            "agent_id": _id(state.agent_id), "shared": state.shared, "labels": dict(state.labels)}
+
+
+def _id(value: Any) -> str | None:
+    return str(value) if value is not None else None
 
 
 def explain_targets(events: list[Any]) -> dict[int, list[tuple[str, str]]]:
