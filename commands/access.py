@@ -174,8 +174,8 @@ class Scopes:
     def shared(self, root_chat_id: UUID) -> bool:
         """Whether the root chat is shared now (read through the application's cache, which catches up with
         the store on every read: an unshare is seen by the next request, in every process)."""
-        agg = self.app.load_cached(root_chat_id, copy=False)
-        return bool(getattr(getattr(agg, "state", None), "shared", False))
+        root = self.app.load_cached(root_chat_id, copy=False)  # (a root chat's stream: a chat, or none yet)
+        return root is not None and root.state.shared
 
     def may_read(self, p: Principal, r: Resource) -> str | None:
         """``may(p, "read", r)``, and a chat a member does not own is readable when its root chat is shared

@@ -94,7 +94,7 @@ def evolve(state: ChatState | None, event: Any) -> ChatState:
             parent_chat_id=event.parent_chat_id, root_chat_id=event.root_chat_id, title=event.title,
             created_at=event.timestamp, status=event.status, hook_allowed_tools=event.hook_allowed_tools,
             dynamic_tools=list(event.dynamic_tools), model_config_id=event.model_config_id,
-            turn_id=event.turn_id, title_source=event.title_source or recorded_title_source(event),
+            turn_id=event.turn_id, title_source=event.title_source or _recorded_title_source(event),
         )
         _insert(state, event.messages, event)
     else:
@@ -111,7 +111,7 @@ def _child_created(s: ChatState, e: ev.ChildChatCreated) -> None:
     s.children.append(e.child_chat_id)
 
 
-def recorded_title_source(e: ev.ChatCreated) -> str:
+def _recorded_title_source(e: ev.ChatCreated) -> str:
     """A chat created before ``title_source`` was recorded: ``fallback`` when its title is the one derived
     from its first message, else ``user``."""
     return "fallback" if e.messages and e.title == fallback_title(e.messages[0].parts) else "user"
