@@ -1,8 +1,9 @@
 """Hash chains over the stored events: each stream's events are linked by sha256, so an edited, deleted,
 inserted or reordered event breaks its stream's chain (``events verify`` names where).
 
-``link(prev, topic, version, state)`` is sha256 over the previous event's hash (32 zero bytes for version
-1), the version (8 bytes, big-endian), the topic's UTF-8 length (4 bytes, big-endian), the topic and the
+``link(prev, topic, version, state)`` is sha256 over the previous event's hash (32 zero bytes for a stream's
+first event: version 1, or 0 where a stream starts there as in the eventsourcing library's own recorder
+tests), the version (8 bytes, big-endian), the topic's UTF-8 length (4 bytes, big-endian), the topic and the
 stored payload bytes. The recorders fill the hash at insert, in the insert statement (``chain_hash``
 column; SQLite: a registered function, PostgreSQL: ``sha256()``), reading the previous hash in the same
 transaction. An event whose previous event has no hash gets none: a stream recorded before hash chains
@@ -35,11 +36,13 @@ _HEADER = struct.Struct(">qI")
 
 
 def link(prev: bytes | None, topic: str, version: int, state: bytes) -> bytes | None:
-    """The hash of the event at ``version`` following ``prev`` (ignored at version 1; None: no hash)."""
-    if version == 1:
+    """The hash of the event at ``version`` following ``prev``: the previous event's hash, None for a stream's
+    first event (version 0 or 1, no event before it) or for one following an unhashed event (then None: no
+    hash)."""
+    if prev is None:
+        if version > 1:
+            return None
         prev = GENESIS
-    elif prev is None:
-        return None
     t = topic.encode("utf-8")
     return hashlib.sha256(b"".join((bytes(prev), _HEADER.pack(version, len(t)), t, bytes(state)))).digest()
 

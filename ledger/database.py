@@ -155,7 +155,7 @@ class DatabaseURL:
 
     def env(self) -> dict[str, str]:
         if self.backend == "sqlite":
-            return {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": self.path,
+            return {"PERSISTENCE_MODULE": "ledger.recorders.sqlite:SQLiteLedgerFactory", "SQLITE_DBNAME": self.path,
                     "SQLITE_LOCK_TIMEOUT": str(sqlite_timeout())}
         return {
             # the library's factory, connecting with this URL's whole libpq connection string

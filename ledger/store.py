@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator, Sequence
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent, Recording, Repository
-from eventsourcing.persistence import InfrastructureFactory, Mapper, Notification, PersistenceError
+from eventsourcing.persistence import Mapper, Notification, PersistenceError
 from eventsourcing.utils import strtobool
 
 from ledger.base import DeciderAggregate, LedgerEvent, fast_project
@@ -49,7 +49,7 @@ from ledger.database import (  # noqa: F401  (re-exported: callers import them f
     sqlite_timeout,
 )
 from ledger.errors import LedgerError
-from ledger.recorders import CONNECT_TIMEOUT, RECORDER_TOPICS
+from ledger.recorders import CONNECT_TIMEOUT, FACTORY_TOPICS
 from ledger.snapshots import INTERVALS, LedgerRepository, take_snapshots
 
 
@@ -104,12 +104,13 @@ class ChatLedgerApp(Application[UUID]):
         return type(self)(env={**self.given_env, "CREATE_TABLE": "no"}, payload_format=self.payload_format)
 
     def construct_env(self, name: str, env: Any = None) -> Any:
-        """The library's environment, with this project's recorder for the persistence module unless one is
-        named (``ledger.recorders``: no blind insert retry, in-doubt commits, versions checked at commit)."""
+        """The library's environment, with this project's factory for the library's persistence module: its
+        recorders keep the hash chain (``ledger.recorders``: no blind insert retry, in-doubt commits, versions
+        checked at commit)."""
         environment = super().construct_env(name, env)
-        topic = RECORDER_TOPICS.get(environment.get("PERSISTENCE_MODULE") or "")
-        if topic and not environment.get(InfrastructureFactory.APPLICATION_RECORDER_TOPIC):
-            environment[InfrastructureFactory.APPLICATION_RECORDER_TOPIC] = topic
+        topic = FACTORY_TOPICS.get(environment.get("PERSISTENCE_MODULE") or "")
+        if topic:
+            environment["PERSISTENCE_MODULE"] = topic
         return environment
 
     def construct_factory(self, env: Any) -> Any:

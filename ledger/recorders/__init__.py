@@ -1,4 +1,4 @@
-"""The chatledger application's recorders (plugged in with the library's ``APPLICATION_RECORDER_TOPIC``).
+"""The chatledger application's recorders, handed out by its factories (``LogKeepingFactory``).
 
 Two rules the library's own recorders do not keep:
 
@@ -20,10 +20,12 @@ This module holds what the unit of work needs (importing neither database driver
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 from uuid import UUID
 
-from eventsourcing.persistence import IntegrityError, OperationalError, PersistenceError, StoredEvent
+from eventsourcing.persistence import (
+    InfrastructureFactoryError, IntegrityError, OperationalError, PersistenceError, StoredEvent,
+)
 
 #: ``save`` keyword: the version each stream the decision read (and does not write) was at; 0 = no stream
 EXPECTED_VERSIONS = "expected_versions"
@@ -50,12 +52,28 @@ IDLE_IN_TRANSACTION_TIMEOUT = 2
 #: seconds a read-back waits for the table lock (an insert still in flight on the lost connection)
 READ_BACK_LOCK_TIMEOUT = 3.0
 
-#: PERSISTENCE_MODULE -> the recorder the application plugs in with it
-RECORDER_TOPICS = {
-    "eventsourcing.postgres": "ledger.recorders.postgres:PostgresLedgerRecorder",
-    "ledger.libpq:LibpqPostgresFactory": "ledger.recorders.postgres:PostgresLedgerRecorder",
-    "eventsourcing.sqlite": "ledger.recorders.sqlite:SQLiteLedgerRecorder",
+#: PERSISTENCE_MODULE -> the factory the application uses instead: the library's, handing out this project's
+#: recorders for everything that writes the log (``LogKeepingFactory``)
+FACTORY_TOPICS = {
+    "eventsourcing.postgres": "ledger.libpq:LibpqPostgresFactory",
+    "eventsourcing.sqlite": "ledger.recorders.sqlite:SQLiteLedgerFactory",
 }
+
+
+class LogKeepingFactory:
+    """Mixed into the library's factories: every recorder the factory hands out for the log keeps its hash
+    chain. The application and process recorders are this project's (class attributes set by each factory).
+    ``aggregate_recorder("events")`` — the library's plain recorder on the log's table, which would write rows
+    without hashes (PostgreSQL) or fail on the table's extra column (SQLite) — is refused with a clear error:
+    the log is written through the application recorder. Other purposes (``"snapshots"``) and the tracking
+    recorder write other tables and stay the library's."""
+
+    def aggregate_recorder(self, purpose: str = "events") -> Any:
+        if purpose == "events":
+            raise InfrastructureFactoryError(
+                "the ledger's log keeps a hash chain: write it through application_recorder() or "
+                "process_recorder(), not aggregate_recorder('events')")
+        return super().aggregate_recorder(purpose)  # type: ignore[misc]
 
 
 class ConnectionLost(OperationalError):

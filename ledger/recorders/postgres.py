@@ -11,7 +11,7 @@ from uuid import UUID
 
 import psycopg
 from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError, StoredEvent
-from eventsourcing.postgres import PostgresApplicationRecorder
+from eventsourcing.postgres import PostgresApplicationRecorder, PostgresProcessRecorder
 from psycopg.sql import SQL, Identifier
 
 from ledger.chain import COLUMN
@@ -87,8 +87,8 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder):
 
     chain_column: bool | None = None  # None: not asked yet (``ledger.chain.has_column``)
 
-    def __init__(self, datastore: Any, *, events_table_name: str = "stored_events") -> None:
-        super().__init__(datastore, events_table_name=events_table_name)
+    def __init__(self, datastore: Any, *, events_table_name: str = "stored_events", **kwargs: Any) -> None:
+        super().__init__(datastore, events_table_name=events_table_name, **kwargs)
         schema, table = Identifier(self.datastore.schema), Identifier(self.events_table_name)
         id_type = Identifier(self.datastore.originator_id_type)
         create = self.sql_create_statements[self.create_table_statement_index]
@@ -102,7 +102,8 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder):
             " FROM unnest(%s::{0}.{2}[]) WITH ORDINALITY AS u(originator_id, originator_version, topic, state, ord)"
             "), c AS ("
             " SELECT e.ord, e.originator_id, e.originator_version, e.topic, e.state, sha256("
-            "  CASE WHEN e.originator_version = 1 THEN '\\x" + "00" * 32 + "'::bytea ELSE p.{3} END || " + _piece("e")
+            "  CASE WHEN p.originator_id IS NULL AND e.originator_version <= 1 THEN '\\x" + "00" * 32 + "'::bytea"
+            "  ELSE p.{3} END || " + _piece("e")
             + ") AS h"
             " FROM e LEFT JOIN {0}.{1} p ON p.originator_id = e.originator_id"
             "  AND p.originator_version = e.originator_version - 1"
@@ -280,3 +281,15 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder):
     @bounded_retry(READ_RETRY_SECONDS)
     def max_notification_id(self) -> int | None:
         return _unretried(PostgresApplicationRecorder.max_notification_id)(self)
+
+
+class PostgresLedgerProcessRecorder(PostgresLedgerRecorder, PostgresProcessRecorder):
+    """The library's process recorder (new events and the tracking record of what they answer, in one
+    transaction: its ``_insert_events`` writes the tracking row) keeping the chain, the expected versions and
+    the one-attempt insert."""
+
+    def create_table(self) -> None:
+        # the library's statements make both tables (IF NOT EXISTS: this is no command's path); the ledger's
+        # then add the chain column to an events table made before it
+        PostgresProcessRecorder.create_table(self)
+        super().create_table()

@@ -8,10 +8,10 @@ from typing import Any, Mapping, Sequence
 from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
-from eventsourcing.sqlite import SQLiteApplicationRecorder
+from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteFactory, SQLiteProcessRecorder
 
 from ledger.chain import COLUMN, link
-from ledger.recorders import EXPECTED_VERSIONS, DependencyChanged, stale_versions
+from ledger.recorders import EXPECTED_VERSIONS, DependencyChanged, LogKeepingFactory, stale_versions
 
 #: the SQL function the insert statement computes each event's chain hash with (registered per connection)
 LINK_FUNCTION = "ledger_chain_link"
@@ -35,14 +35,17 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder):
             "?3, ?2, ?4))")
 
     def construct_create_table_statements(self) -> list[str]:
-        (statement,) = super().construct_create_table_statements()
-        assert statement.endswith("state BLOB, PRIMARY KEY (originator_id, originator_version))"), statement
-        return [statement.replace("state BLOB, ", f"state BLOB, {COLUMN} BLOB, ")]
+        statements = super().construct_create_table_statements()
+        (i,) = [i for i, s in enumerate(statements)  # the events table's (a process recorder's tracking too)
+                if s.endswith("state BLOB, PRIMARY KEY (originator_id, originator_version))")]
+        statements[i] = statements[i].replace("state BLOB, ", f"state BLOB, {COLUMN} BLOB, ")
+        return statements
 
     def create_table(self) -> None:
-        """The table (with the chain column); a table made before hash chains gets the column."""
+        """The library's tables (the events table with the chain column); a table made before hash chains
+        gets the column."""
+        super().create_table()
         with self.datastore.transaction(commit=True) as c:
-            self._create_table(c)
             if not self._has_column(c):
                 c.execute(f"ALTER TABLE {self.events_table_name} ADD COLUMN {COLUMN} BLOB")
         self.chain_column = True
@@ -91,6 +94,25 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder):
                 c.execute(self.hashed_insert_statement, params)
             returning.append(c.lastrowid)
         return returning
+
+
+class SQLiteLedgerProcessRecorder(SQLiteLedgerRecorder, SQLiteProcessRecorder):
+    """The library's process recorder (new events and the tracking record of what they answer, in one
+    transaction) keeping the chain and the expected versions."""
+
+    def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
+        tracking = kwargs.pop("tracking", None)  # inserted here, once (not by the library's insert as well)
+        notification_ids = super()._insert_events(c, stored_events, **kwargs)
+        if tracking is not None:
+            self._insert_tracking(c, tracking)
+        return notification_ids
+
+
+class SQLiteLedgerFactory(LogKeepingFactory, SQLiteFactory):
+    """The library's SQLite factory handing out the recorders above (``LogKeepingFactory``)."""
+
+    application_recorder_class = SQLiteLedgerRecorder
+    process_recorder_class = SQLiteLedgerProcessRecorder
 
 
 def _link(prev: bytes | None, topic: str, version: int, state: bytes) -> bytes | None:

@@ -496,7 +496,7 @@ def test_env_translation() -> None:
     from ledger.recorders import CONNECT_TIMEOUT, TCP_DEFAULTS
 
     sqlite_env = DatabaseURL.parse("sqlite:////tmp/x.db").env()
-    assert sqlite_env["PERSISTENCE_MODULE"] == "eventsourcing.sqlite" and sqlite_env["SQLITE_DBNAME"] == "/tmp/x.db"
+    assert sqlite_env["PERSISTENCE_MODULE"] == "ledger.recorders.sqlite:SQLiteLedgerFactory" and sqlite_env["SQLITE_DBNAME"] == "/tmp/x.db"
     pg_env = DatabaseURL.parse("postgresql://alice:pw@h:6000/db?schema=s1&sslmode=verify-full").env()
     assert pg_env["PERSISTENCE_MODULE"] == "ledger.libpq:LibpqPostgresFactory"
     assert conninfo_to_dict(pg_env["POSTGRES_CONNINFO"]) == {
