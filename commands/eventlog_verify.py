@@ -309,12 +309,16 @@ def unproven_streams(app: Any, head: int) -> list[str]:
 
 
 def verify(app: Any, backend: Any = None, projections: list[Any] | None = None,
-           decisions: bool = False, heads: bool = False, progress: Any = None) -> dict[str, Any]:
+           decisions: bool = False, heads: bool = False, progress: Any = None,
+           upto: int | None = None) -> dict[str, Any]:
     """Decode, replay and check every stored event, stream by stream, and each stream's hash chain
     (``ledger.chain``: the first break, the digest of the log and, with ``heads``, every stream's head);
     compare the known projections with the fold of the streams at the projections' positions, and report a
     view that stopped at an event; with ``decisions``, re-decide every recorded decision
-    (``commands.redecide``). ``progress(events done, head)`` is called after each stream."""
+    (``commands.redecide``). ``progress(events done, head)`` is called after each stream. ``upto``: check the
+    log up to that notification id only (a kept digest's head; no projections then), and report a log that
+    ends before it."""
+    assert upto is None or not projections, "a view is at its own position, not at upto"
     chains = LogChains(heads, kept=getattr(app.recorder, "datastore", None) is not None)
     anomalies: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
@@ -335,6 +339,11 @@ def verify(app: Any, backend: Any = None, projections: list[Any] | None = None,
             row.update(position=position, live_version=reader.version)
             views.append(_View(backend, p, reader, position, snap.failure(p.name, reader.version), row, anomalies))
         head = app.head()
+        if upto is not None:
+            if head < upto:
+                anomalies.append({"stream_id": None, "version": None, "notification_id": head, "check": "log",
+                                  "reason": f"the log ends at notification {head}, before {upto}: events are missing"})
+            head = min(head, upto)
         for row in checks:
             row["head"] = head
             if row["position"] is not None:

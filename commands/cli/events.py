@@ -29,13 +29,24 @@ def events() -> None:
 @click.option("--no-projections", is_flag=True, help="Only decode and replay the streams.")
 @click.option("--decisions", is_flag=True,
               help="Also re-decide every recorded decision with the facts as of its position.")
+@click.option("--upto", type=click.IntRange(min=0), metavar="N",
+              help="Check the log up to notification N only (the head of a digest kept earlier); implies "
+                   "--no-projections; a log that ends before N fails.")
+@click.option("--expect-digest", metavar="HEX", help="Fail unless the log's digest (up to --upto) is HEX.")
 @pass_ctx
-def events_verify(c: Ctx, as_json: bool, no_projections: bool, decisions: bool) -> None:
+def events_verify(c: Ctx, as_json: bool, no_projections: bool, decisions: bool, upto: int | None,
+                  expect_digest: str | None) -> None:
     """Decode and replay every stored event, check invariants and projections; exit 1 on any anomaly."""
+    no_projections = no_projections or upto is not None
     backend = None if no_projections else c.backend
-    with progress_bar("verifying", c.app.head()) as progress:
+    with progress_bar("verifying", c.app.head() if upto is None else upto) as progress:
         report = verify(c.app, backend, None if no_projections else views.all_projections(c.app),
-                        decisions=decisions, heads=as_json, progress=progress)
+                        decisions=decisions, heads=as_json, progress=progress, upto=upto)
+    if expect_digest is not None and report["chain"]["digest"] != expect_digest.strip().lower():
+        report["ok"] = False
+        report["anomalies"].append({"stream_id": None, "version": None, "notification_id": report["head"],
+                                    "check": "digest", "reason": f"the log's digest up to notification "
+                                    f"{report['head']} is {report['chain']['digest']}, not {expect_digest}"})
     if as_json:
         emit_json(report)
     else:
@@ -43,7 +54,8 @@ def events_verify(c: Ctx, as_json: bool, no_projections: bool, decisions: bool) 
                    f"(head {report['head']})")
         for a in report["anomalies"]:
             where = f" notification {a['notification_id']}" if a.get("notification_id") else ""
-            click.echo(f"  stream {a['stream_id']} version {a['version']}{where}: [{a['check']}] {a['reason']}")
+            what = f"stream {a['stream_id']} version {a['version']}{where}" if a["stream_id"] else "log"
+            click.echo(f"  {what}: [{a['check']}] {a['reason']}")
         ch = report["chain"]
         unproven = len(ch["unproven"])
         click.echo(f"  chain: {ch['streams'] - ch['broken'] - ch['unhashed'] - unproven} of {ch['streams']} streams "

@@ -306,3 +306,31 @@ def test_verify_reports_a_time_going_backwards_even_after_a_rehash(db_url):
     assert [(x["stream_id"], x["version"]) for x in times] == [(str(a), 2)], report["anomalies"]
     assert "1926" in times[0]["reason"] and "backwards" in times[0]["reason"]
     assert "FAILED" in cli(db_url, "events", "verify", code=1).output
+
+
+def test_a_kept_digest_proves_the_log_up_to_its_head_and_a_shorter_log_fails(db_url):
+    """``events verify --upto N --expect-digest HEX``: what a restore drill runs against a digest kept before the
+    backup. The log grows after the digest and still proves it; a log whose last kept events were deleted, or
+    that ends before N, fails and says why."""
+    a, _, _ = _paris(db_url)
+    kept = json.loads(cli(db_url, "events", "verify", "--json", "--no-projections").stdout)
+    head, digest = kept["head"], kept["chain"]["digest"]
+    app = open_app(db_url)
+    try:
+        run(app, type="send_message", chat_id=str(a), text="And of Spain?")
+    finally:
+        app.close()
+    later = json.loads(cli(db_url, "events", "verify", "--json").stdout)
+    assert later["head"] > head and later["chain"]["digest"] != digest
+    upto = json.loads(cli(db_url, "events", "verify", "--json", "--upto", str(head), "--expect-digest", digest).stdout)
+    assert upto["ok"] and upto["head"] == head and upto["chain"]["digest"] == digest
+    assert upto["projections"] == []  # a view is at its own position: not compared at another head
+
+    too_far = json.loads(cli(db_url, "events", "verify", "--json", "--upto", str(later["head"] + 5), code=1).stdout)
+    assert [x["check"] for x in too_far["anomalies"]] == ["log"]
+    assert "events are missing" in too_far["anomalies"][0]["reason"]
+
+    raw = RawDB(db_url)
+    raw.delete(a, max(v for v, _, _ in raw.rows(a) if v <= _version_of(raw, a, "Rome.")))  # the kept head of chat a
+    out = cli(db_url, "events", "verify", "--upto", str(head), "--expect-digest", digest, code=1).stdout
+    assert "[digest]" in out and digest in out and "FAILED" in out
