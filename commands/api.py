@@ -69,9 +69,11 @@ class Ledger:
     optimistic concurrency (the unit of work retries), queries read committed data.
     """
 
-    def __init__(self, app: ChatLedgerApp, url: str) -> None:
+    def __init__(self, app: ChatLedgerApp, url: str, *, replica: bool = False) -> None:
         self.app = app
         self.url = url
+        #: a hot standby's copy (``open_replica``): its views are read as replicated, never caught up here
+        self.replica = replica
         self._backend: Any = None
         self._lock = threading.Lock()
 
@@ -82,6 +84,17 @@ class Ledger:
         ``database_not_found`` and nothing is created."""
         url = resolve_url(url)
         return cls(open_app(url, create=create), url)
+
+    @classmethod
+    def open_replica(cls, url: str) -> Ledger:
+        """A PostgreSQL hot standby of a ledger, for reading (docs/operations.md, "Reads from a standby"):
+        nothing is created or written; the views are as the primary's follower left them, replicated (a
+        standby cannot catch them up), so they may lag the primary's log."""
+        from ledger.store import DatabaseURL
+
+        if DatabaseURL.parse(url).backend != "postgres":
+            raise LedgerError("invalid_request", "a replica is a PostgreSQL hot standby: give a postgresql:// URL")
+        return cls(open_app(url, create=False), url, replica=True)
 
     def __enter__(self) -> Ledger:
         return self
@@ -102,7 +115,7 @@ class Ledger:
             if self._backend is None:
                 from projections import open_backend
 
-                self._backend = open_backend(self.url)
+                self._backend = open_backend(self.url, read_only=self.replica)
             return self._backend
 
     # -- writing -------------------------------------------------------------------------------------------
@@ -123,7 +136,17 @@ class Ledger:
     # -- the views (caught up to the head of the log first) -------------------------------------------------
 
     def _views(self, *names: str) -> Any:
-        return views.catch_up_views(self.app, self.backend, names)
+        return self.backend if self.replica else views.catch_up_views(self.app, self.backend, names)
+
+    def views_backend(self, *names: str) -> Any:
+        """The views' backend with the named views caught up to the head (a replica's: as replicated)."""
+        return self._views(*names)
+
+    def views_position(self, *names: str) -> int:
+        """The lowest position of the named views' live builds (0 for one not built)."""
+        with self.backend.snapshot() as snap:
+            readers = [snap.live(name) for name in names]
+            return min((r.position() if r is not None else 0 for r in readers), default=0)
 
     def status(self, chat_id: Any = None, *, org: Any = None, status: str | None = None) -> list[dict[str, Any]]:
         """chat_status rows (docs/commands.md, "CLI"): one chat, or every chat of ``org`` / with ``status``."""

@@ -28,9 +28,10 @@ from projections.records import Build, Diff, Failure, Switch, TableDiff
 from projections.runner import catch_up, maintained_version
 
 
-def open_backend(url: Any) -> SqlBackend:
+def open_backend(url: Any, read_only: bool = False) -> SqlBackend:
     """The projection backend for a ledger database URL (str or ``ledger.store.DatabaseURL``): the
-    views live beside the events (same SQLite file; same Postgres database and schema)."""
+    views live beside the events (same SQLite file; same Postgres database and schema). ``read_only``: a
+    PostgreSQL hot standby's copy, opened without creating anything."""
     from ledger.store import DatabaseURL, resolve_url, sqlite_timeout
 
     db = url if isinstance(url, DatabaseURL) else DatabaseURL.parse(resolve_url(url))
@@ -40,7 +41,7 @@ def open_backend(url: Any) -> SqlBackend:
         return SqliteBackend(db.path, timeout=sqlite_timeout())
     from projections.postgres import PostgresBackend
 
-    return PostgresBackend(db.psycopg_conninfo(), db.schema)
+    return PostgresBackend(db.psycopg_conninfo(), db.schema, read_only=read_only)
 
 
 __all__ = [

@@ -103,7 +103,9 @@ class PostgresBackend(SqlBackend):
     kind = "postgres"
 
     def __init__(self, conninfo: str, schema: str = "public", pool_size: int = 4,
-                 cache_rows: int = 100_000) -> None:
+                 cache_rows: int = 100_000, read_only: bool = False) -> None:
+        """``read_only``: a hot standby's copy of the views (``serve --replica-url``): nothing is created, and
+        the views are read as the standby has them (kept by the primary's follower, replicated)."""
         super().__init__(cache_rows)
         self.conninfo = conninfo
         self.schema = schema
@@ -116,9 +118,10 @@ class PostgresBackend(SqlBackend):
                                    configure=_local_commits, name=f"projections-{schema}")
         try:
             self.pool.wait(timeout=15)
-            with self.pool.connection() as conn:
-                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {_q(schema)}")
-            self.ensure_meta()
+            if not read_only:
+                with self.pool.connection() as conn:
+                    conn.execute(f"CREATE SCHEMA IF NOT EXISTS {_q(schema)}")
+                self.ensure_meta()
         except BaseException:
             self.pool.close()
             raise

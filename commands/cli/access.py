@@ -141,10 +141,16 @@ def listening_socket(host: str, port: int) -> socket.socket:
 @click.option("--header-timeout", type=click.FloatRange(0.1), default=10.0, show_default=True,
               help="Seconds a connection may take to send a request's headers (then 408, and it is closed).")
 @click.option("--create", is_flag=True, help="Start a new ledger when --db names none (else: database_not_found).")
+@click.option("--replica-url", envvar="CHAT_LEDGER_REPLICA_URL", metavar="URL",
+              help="A PostgreSQL hot standby of --db to read views, timelines, event pages and the live stream "
+                   "from (commands go to --db; a token reads its own writes: docs/operations.md).")
+@click.option("--replica-wait", type=click.FloatRange(0), default=1.0, show_default=True,
+              help="Seconds a read waits for the standby to replay what its token wrote; then the primary answers.")
 @json_option("Announce the address as one JSON object on standard output ({serving, db, openapi, ui}).")
 @pass_ctx
 def serve(c: Ctx, host: str, port: int, follow: bool, streams_per_token: int, write_rate: float,
-          write_burst: float, max_body_bytes: int, header_timeout: float, create: bool, as_json: bool) -> None:
+          write_burst: float, max_body_bytes: int, header_timeout: float, create: bool, replica_url: str | None,
+          replica_wait: float, as_json: bool) -> None:
     """Serve the ledger over HTTP (docs/server.md): commands, views, history, the event log and its live
     stream, web pages at /ui/. Every request needs an API token (`chat-ledger tokens create`)."""
     import uvicorn
@@ -156,7 +162,12 @@ def serve(c: Ctx, host: str, port: int, follow: bool, streams_per_token: int, wr
     c.create = create
     c.app  # noqa: B018 - open the ledger first: a bad --db (or one that does not exist) fails here, before listening
     limits = Limits(streams_per_token=streams_per_token, write_rate=write_rate, write_burst=write_burst)
-    app = create_app(c.url, follow=follow, limits=limits, max_body_bytes=max_body_bytes)
+    if replica_url:
+        from commands.api import Ledger
+
+        Ledger.open_replica(replica_url).close()  # a bad standby URL fails here, before listening, as --db does
+    app = create_app(c.url, follow=follow, limits=limits, max_body_bytes=max_body_bytes, replica_url=replica_url,
+                     replica_wait=replica_wait)
     sock = listening_socket(host, port)
     bound = sock.getsockname()[1]
     base = f"http://{host if ':' not in host else f'[{host}]'}:{bound}"

@@ -22,6 +22,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 
 from commands.http import routes, stream, ui
 from commands.http.limits import Limits, RateLimited
+from commands.http.replica import REPLICA_WAIT
 from commands.http.service import Service, as_error, error_body, status_of
 from commands.metrics import COUNTERS
 from commands.metrics import render as render_metrics
@@ -99,6 +100,12 @@ def metrics(state: State) -> str:
         for s in _projection_status(svc):
             gauges.append(("chat_ledger_projection_position", {"projection": s["projection"]}, s["position"]))
             gauges.append(("chat_ledger_projection_lag", {"projection": s["projection"]}, s["lag"]))
+        if svc.replica is not None:
+            for side, n in svc.replica.served.items():
+                gauges.append(("chat_ledger_replica_reads_total", {"served_by": side}, n))
+            events, seconds = svc.replica.lag()
+            gauges.append(("chat_ledger_replica_lag_events", {}, events))
+            gauges.append(("chat_ledger_replica_lag_seconds", {}, seconds))
     except Exception as e:  # the counters still answer when the database does not
         log.warning("metrics: %s", e)
     return render_metrics(gauges)
@@ -225,14 +232,17 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
 def create_app(url: str, *, follow: bool = True, poll_interval: float | None = None,
-               limits: Limits | None = None, max_body_bytes: int = MAX_BODY_BYTES) -> Litestar:
+               limits: Limits | None = None, max_body_bytes: int = MAX_BODY_BYTES,
+               replica_url: str | None = None, replica_wait: float = REPLICA_WAIT) -> Litestar:
     """The service for the ledger at ``url`` (opened, and created if missing, when the app starts): per-token
-    ``limits`` (``commands.http.limits``), bodies of at most ``max_body_bytes``."""
+    ``limits`` (``commands.http.limits``), bodies of at most ``max_body_bytes``; reads from the hot standby at
+    ``replica_url`` when given (``commands.http.replica``)."""
     svc_box: dict[str, Service] = {}
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        svc = Service(url, follow=follow, poll_interval=poll_interval, limits=limits)
+        svc = Service(url, follow=follow, poll_interval=poll_interval, limits=limits, replica_url=replica_url,
+                      replica_wait=replica_wait)
         app.state.service = svc_box["svc"] = svc
         svc.start()
         try:

@@ -121,6 +121,8 @@ async def post_commands(request: Request[Any, Any, Any]) -> Response[Any]:
     if media in (JSONL, "application/jsonl", "application/json-lines", "text/plain"):
         svc.limits.write(principal, sum(1 for line in body.split(b"\n") if line.strip()))
         results = await sync_to_thread(run_commands, svc, principal, body.split(b"\n"))
+        if any(r["ok"] for r in results):
+            svc.wrote(principal)
         payload = b"".join(msgspec.json.encode(r) + b"\n" for r in results)
         return Response(payload, media_type=JSONL, status_code=200)
     if media != "application/json":
@@ -130,6 +132,8 @@ async def post_commands(request: Request[Any, Any, Any]) -> Response[Any]:
         raise LedgerError("invalid_command", "malformed JSON: no command in the body")
     svc.limits.write(principal)
     row = await run_command(svc, principal, line)
+    if row["ok"]:
+        svc.wrote(principal)
     return Response(msgspec.json.encode(row), media_type="application/json",
                     status_code=200 if row["ok"] else status_of(row["error"]["code"]))
 
@@ -178,9 +182,9 @@ def list_chats(principal: Principal, state: State, org: UUID | None = None,
     if status:
         where["status"] = status
     after = decode_cursor(cursor) if cursor is not None else None
-    backend = views.catch_up_views(svc.app, svc.ledger.backend, ("chat_views",))
-    rows = [views.json_row(r) for r in backend.query("chat_views", "chat_status", where=where,
-                                                     order_by=["chat_id"], limit=limit + 1, after=after)]
+    rows = svc.read(principal, ("chat_views",), lambda ledger: [
+        views.json_row(r) for r in ledger.views_backend("chat_views").query(
+            "chat_views", "chat_status", where=where, order_by=["chat_id"], limit=limit + 1, after=after)])
     page = rows[:limit]
     return ChatPage(page, encode_cursor(page[-1]) if len(rows) > limit else None)
 
@@ -190,7 +194,7 @@ def list_chats(principal: Principal, state: State, org: UUID | None = None,
 def get_chat(chat_id: UUID, principal: Principal, state: State) -> dict[str, Any]:
     svc = service(state)
     _chat(svc, principal, chat_id)
-    return views.chat_status(views.catch_up_views(svc.app, svc.ledger.backend, ("chat_views",)), chat_id)[0]
+    return svc.read(principal, ("chat_views",), lambda ledger: ledger.status(chat_id)[0])
 
 
 @get("/v1/chats/{chat_id:uuid}/unresolved", sync_to_thread=True, dependencies=principal_dependency,
@@ -198,7 +202,7 @@ def get_chat(chat_id: UUID, principal: Principal, state: State) -> dict[str, Any
 def get_unresolved(chat_id: UUID, principal: Principal, state: State) -> list[dict[str, Any]]:
     svc = service(state)
     _chat(svc, principal, chat_id)
-    return svc.ledger.unresolved(chat_id)
+    return svc.read(principal, ("chat_views",), lambda ledger: ledger.unresolved(chat_id))
 
 
 @get("/v1/chats/{chat_id:uuid}/queue", sync_to_thread=True, dependencies=principal_dependency, responses=ERRORS,
@@ -206,14 +210,14 @@ def get_unresolved(chat_id: UUID, principal: Principal, state: State) -> list[di
 def get_queue(chat_id: UUID, principal: Principal, state: State) -> list[dict[str, Any]]:
     svc = service(state)
     _chat(svc, principal, chat_id)
-    return svc.ledger.queue(chat_id)
+    return svc.read(principal, ("chat_views",), lambda ledger: ledger.queue(chat_id))
 
 
 @get("/v1/organizations/{org_id:uuid}/models", sync_to_thread=True, dependencies=principal_dependency,
      responses=ERRORS, summary="The organization's models (with a user's overrides and effective models)")
 def get_models(org_id: UUID, principal: Principal, state: State, user: UUID | None = None) -> dict[str, Any]:
     check(principal, "read", Resource("catalog", org_id, user))
-    return service(state).ledger.models(org_id, user)
+    return service(state).read(principal, ("org_models",), lambda ledger: ledger.models(org_id, user))
 
 
 # -- history -------------------------------------------------------------------------------------------------------
@@ -234,7 +238,7 @@ def get_timeline(chat_id: UUID, principal: Principal, state: State, at: int | No
     svc = service(state)
     _chat(svc, principal, chat_id)
     _as_of(at, as_of)
-    return svc.ledger.history(chat_id, at, as_of)
+    return svc.read(principal, (), lambda ledger: ledger.history(chat_id, at, as_of))
 
 
 @get("/v1/chats/{chat_id:uuid}/explain", sync_to_thread=True, dependencies=principal_dependency,
@@ -279,8 +283,8 @@ def search_chats(principal: Principal, state: State, q: str = Parameter(min_leng
     scope = access.chats_filter(principal, org)
     filters = SearchFilters(str(org) if org else None, str(owner) if owner else None, str(model) if model else None,
                             tool, status, since, until)
-    backend = views.catch_up_views(svc.app, svc.ledger.backend, ("chat_views", "search"))
-    return search(backend, q, filters, scope=scope, limit=limit, cursor=cursor)
+    return svc.read(principal, ("chat_views", "search"), lambda ledger: search(
+        ledger.views_backend("chat_views", "search"), q, filters, scope=scope, limit=limit, cursor=cursor))
 
 
 ROUTES = [post_commands, list_chats, search_chats, get_chat, get_unresolved, get_queue, get_models, get_timeline, get_explain,

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable, TypeVar
 from uuid import UUID
 
 import msgspec
@@ -23,12 +23,15 @@ from commands.api import Ledger
 from commands.failures import as_ledger_error
 from commands.groupcommit import GroupCommitter
 from commands.http.limits import Limits
+from commands.http.replica import REPLICA_WAIT, ReplicaReads
 from commands.http.watch import LogWatcher
 from commands.metrics import COUNTERS
 from commands.tokens import USE_INTERVAL, TokenIndex, record_use
 from commands.uow import utcnow
 from ledger.access.state import TokenState
 from ledger.errors import LedgerError
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +67,8 @@ def error_body(e: LedgerError) -> ErrorBody:
 
 class Service:
     def __init__(self, url: str, *, follow: bool = True, poll_interval: float | None = None,
-                 limits: Limits | None = None) -> None:
+                 limits: Limits | None = None, replica_url: str | None = None,
+                 replica_wait: float = REPLICA_WAIT) -> None:
         from ledger.store import DatabaseURL
 
         self.url = url
@@ -72,8 +76,13 @@ class Service:
         self.ledger = Ledger.open(url)
         self.app = self.ledger.app
         self.tokens = TokenIndex(self.app)
-        self.scopes = Scopes(self.app)
-        self.watcher = LogWatcher(self.app, url, poll_interval, self.scopes)
+        self.scopes = Scopes(self.app)  # who may read what: always the primary's facts, never a standby's
+        #: reads from a hot standby (``commands.http.replica``); None: every read is the primary's
+        self.replica = (ReplicaReads(self.ledger, Ledger.open_replica(replica_url), replica_wait)
+                        if replica_url else None)
+        # the live stream tails the standby's log when there is one (woken by the primary's notifications)
+        tailed = self.replica.replica.app if self.replica is not None else self.app
+        self.watcher = LogWatcher(tailed, url, poll_interval, self.scopes)
         self.committer: GroupCommitter | None = None
         self.follow = follow
         self._stop = threading.Event()
@@ -117,7 +126,23 @@ class Service:
         self._recorder.shutdown(wait=True)
         for t in self._threads:
             t.join(timeout=10)
+        if self.replica is not None:
+            self.replica.replica.close()
         self.ledger.close()
+
+    # -- reads ---------------------------------------------------------------------------------------------------
+
+    def read(self, p: Principal, views: tuple[str, ...], fn: Callable[[Ledger], T]) -> T:
+        """``fn(ledger)`` with the views named caught up: on the primary, or on the standby when there is one
+        and it has what the token wrote (``commands.http.replica``)."""
+        if self.replica is None:
+            return fn(self.ledger)
+        return self.replica.read(p.token_id or p.user, views, fn)
+
+    def wrote(self, p: Principal) -> None:
+        """The token's command was recorded (its next reads must see it)."""
+        if self.replica is not None:
+            self.replica.wrote(p.token_id or p.user)
 
     # -- who asks ------------------------------------------------------------------------------------------------
 

@@ -70,8 +70,9 @@ class Filter:
             return resource.kind == "chat" and chat_of() == self.chat
         return True
 
-    def page(self, after: int, limit: int) -> EventPage:
-        app = self.svc.app
+    def page(self, after: int, limit: int, app: Any = None) -> EventPage:
+        """``app``: the ledger application to read (a standby's, ``Service.read``); the primary's by default."""
+        app = app or self.svc.app
         head = app.head()
         found: list[LoggedEvent] = []
         position, scanned = after, 0
@@ -94,7 +95,8 @@ class Filter:
 def get_events(principal: Principal, state: State, after: int = Parameter(default=0, ge=0, le=2**62),
                limit: int = Parameter(default=100, ge=1, le=1000), org: UUID | None = None,
                chat: UUID | None = None) -> EventPage:
-    return Filter(service(state), principal, org, chat).page(after, limit)
+    selection = Filter(service(state), principal, org, chat)
+    return service(state).read(principal, (), lambda ledger: selection.page(after, limit, ledger.app))
 
 
 def _resume_point(request: Request[Any, Any, Any], after: int | None) -> int:
