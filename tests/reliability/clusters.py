@@ -65,7 +65,10 @@ class Cluster:
         """SIGKILL the postmaster and every process it started, as a machine that lost power."""
         pid = int((self.data / "postmaster.pid").read_text().split()[0])
         children = _children(pid)
-        os.kill(pid, signal.SIGKILL)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:  # already gone (with its process group: a failover manager killed with it)
+            children = []
         for child in children:
             try:
                 os.kill(int(child), signal.SIGKILL)
