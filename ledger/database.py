@@ -228,6 +228,7 @@ def ensure_database(db: DatabaseURL) -> None:
 
     try:
         with psycopg.connect(db.psycopg_conninfo(), autocommit=True) as conn:
+            conn.execute("SET synchronous_commit = local")  # no command: never waits for a standby (open_app)
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(db.schema)))
     except psycopg.Error as e:
         raise LedgerError("database_unavailable",
@@ -301,3 +302,12 @@ def _require_sqlite_ledger(path: str) -> None:
         raise LedgerError("database_unavailable", f"cannot open SQLite database {file}: {e}") from e
     if found is None:
         raise _not_found(f"no ledger in SQLite file {file}: no {SQLITE_EVENTS_TABLE} table")
+
+
+def local_commits(conninfo: str) -> str:
+    """``conninfo`` whose sessions commit without waiting for a synchronous standby (``synchronous_commit =
+    local`` added to the URL's own ``options``): for making tables, never for recording events."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    options = conninfo_to_dict(conninfo).get("options") or ""
+    return make_conninfo(conninfo, options=f"{options} -c synchronous_commit=local".strip())

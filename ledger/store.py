@@ -297,9 +297,23 @@ def open_app(url: str | None = None, payload_format: str | None = None, create: 
         if create and db.backend == "postgres":
             import psycopg
 
+            from psycopg import sql
+
+            from ledger.database import local_commits
+            from ledger.libpq import POSTGRES_CONNINFO
+
             with psycopg.connect(db.psycopg_conninfo(), autocommit=True) as conn:
                 conn.execute("SELECT pg_advisory_lock(%s)", (_DDL_LOCK,))
                 try:
+                    table = sql.Identifier(db.schema, PG_EVENTS_TABLE).as_string(conn)
+                    if not conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()[0]:
+                        # A new ledger's tables are made by an application whose commits do not wait for a
+                        # synchronous standby: making tables is no command (nothing is acknowledged), and were
+                        # the primary lost now, the next command would make them again on the new one. So a
+                        # standby that has gone never holds up the making of a ledger (its first command is
+                        # bounded like any other: --commit-timeout).
+                        ChatLedgerApp(env={**env, POSTGRES_CONNINFO: local_commits(env[POSTGRES_CONNINFO])},
+                                      payload_format=fmt).close()
                     return ChatLedgerApp(env=env, payload_format=fmt)
                 finally:
                     conn.execute("SELECT pg_advisory_unlock(%s)", (_DDL_LOCK,))

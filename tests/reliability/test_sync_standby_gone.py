@@ -118,3 +118,22 @@ def test_a_commit_no_standby_confirms_is_answered_within_the_bound_and_settled_b
                 assert r.status_code == 200 and r.json()["ok"], r.text
     finally:
         require_standby(primary, "")
+
+
+def test_a_new_ledger_is_made_while_no_standby_confirms_and_its_first_command_is_bounded(primary):
+    """Making a ledger's schema and tables is no command: it commits on the primary alone (were the primary lost
+    now, the next command makes them again on the new one), so a new ledger does not wait for a standby that has
+    gone; its first command is then answered within the bound, as on any ledger."""
+    fresh = primary.replace("schema=ledger", "schema=fresh_while_unconfirmed")
+    require_standby(primary, "ghost")
+    try:
+        started = time.monotonic()
+        code, rows = apply(fresh, {"type": "add_organization_member", "organization_id": ORG, "user_id": USER})
+        assert time.monotonic() - started < 30, "bounded, not as long as the standby stays away"
+        assert code == 1 and rows[0]["error"]["code"] == "replication_unconfirmed", rows
+        code, rows = apply(fresh, {"type": "add_organization_member", "organization_id": ORG, "user_id": USER})
+        assert rows[0]["error"]["code"] in ("already_organization_member", "replication_unconfirmed"), rows
+    finally:
+        require_standby(primary, "")
+    code, rows = apply(fresh, {"type": "add_organization_member", "organization_id": ORG, "user_id": USER})
+    assert rows[0]["error"]["code"] == "already_organization_member", rows  # the first was recorded, once
