@@ -16,6 +16,9 @@
   with hash chains and one without (the column dropped), interleaved chunk by chunk in one process, and a
   rebuild of the chat views of 5x as many generated events in each (best of 3, alternating); ratios
   (without / with: 1.0 = no cost);
+* writepath (PostgreSQL): pgbench's one-row insert per transaction at 1, 8 and 32 clients beside the handler in
+  one process (target >= 0.5 of pgbench at 1 client) and the service at 8 and 32 clients (>= 0.3 of pgbench at
+  as many) (``commands.tools.bench_writepath``);
 * views: 100,000 small chats, the chat views caught up, then p50/p99 latency of ``backend.query`` as the
   CLI's ``status`` (by chat, by organization) and ``unresolved`` run it.
 
@@ -41,7 +44,8 @@ import click
 from commands.tools.bench_kit import _drop, _fresh_url, _sibling
 
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
-KINDS = ("replay", "rebuild", "throughput", "concurrent", "views", "service", "longchat", "chain", "search", "startup")
+KINDS = ("replay", "rebuild", "throughput", "concurrent", "views", "service", "longchat", "chain", "search", "startup",
+         "writepath")
 
 
 def _in_child(kind: str, url: str, events: int, *extra: str) -> dict[str, Any]:
@@ -108,6 +112,14 @@ def run_bench(backends: list[str], pg_url: str, rebuild_events: int, small_event
                                 _drop(_sibling(url, tag))
             if "chain" in only:
                 r["chain"] = _chain_cost(backend, pg_url, tmp, throughput_commands)
+            if "writepath" in only and backend == "postgres":  # beside pgbench (commands/tools/bench_writepath.py)
+                url = _fresh_url(backend, pg_url, tmp)
+                try:
+                    r["writepath"] = _in_child("writepath", url, service_commands)
+                finally:
+                    _drop(url)
+                    for tag in ("svc8", "svc32", "inproc", "many"):
+                        _drop(_sibling(url, tag))
             if "search" in only:  # the search view on a ledger of rebuild_events events (commands/tools/bench_search.py)
                 url = _fresh_url(backend, pg_url, tmp)
                 try:
@@ -252,6 +264,20 @@ def print_table(results: dict[str, Any]) -> None:
             click.echo(f"{backend:<9} {'  SSE lag, ' + format(s['events'], ',') + ' events':<34} "
                        f"{'p50 ' + format(s['p50_ms'], '.1f') + ' ms':>16} {'p99 ' + format(s['p99_ms'], '.1f') + ' ms':>16} "
                        f"{'':>7} {'<100ms':>7}")
+        if "writepath" in r:
+            x = r["writepath"]
+            p = x["pgbench"]
+            click.echo(f"{backend:<9} {'write path: handler vs pgbench, 1 cl':<34} {x['handler']['commands_per_s']:>16,} "
+                       f"{str(p.get('clients_1')):>16} {str(x['ratios']['handler_vs_pgbench_1']):>7} {'>=0.5':>7}")
+            for n in (8, 32):
+                s = x["service"][f"clients_{n}"]
+                click.echo(f"{backend:<9} {f'  service vs pgbench, {n} clients':<34} {s['commands_per_s']:>16,} "
+                           f"{str(p.get(f'clients_{n}')):>16} {str(x['ratios'][f'service_{n}_vs_pgbench_{n}']):>7} "
+                           f"{'>=0.3':>7}")
+            m = x["many_servers"]
+            label = f"  {m['servers']} servers, {m['clients']} clients (cmd/s)"
+            click.echo(f"{backend:<9} {label:<34} "
+                       f"{m['commands_per_s']:>16,} {'p99 ' + format(m['p99_ms'], '.1f') + ' ms':>16}")
         if "views" in r:
             x = r["views"]
             for q, label in (("status_by_chat", "status by chat"), ("status_by_org_page", "status by org, page of 100"),

@@ -163,10 +163,11 @@ if __name__ == "__main__":
     from commands.tools.bench_chain import child_chain
     from commands.tools.bench_service import child_service
     from commands.tools.bench_views import child_views
+    from commands.tools.bench_writepath import child_writepath
     from commands.tools.bench_writes import child_concurrent, child_throughput
 
     fn = {"rebuild": child_rebuild, "generate": child_generate, "replay": child_replay,
           "throughput": child_throughput, "concurrent": child_concurrent, "views": child_views,
           "service": child_service, "longchat": child_longchat, "firstcmd": child_firstcmd,
-          "chain": child_chain}[kind]
+          "chain": child_chain, "writepath": child_writepath}[kind]
     print(json.dumps(fn(url, events, *map(int, sys.argv[4:]))))  # type: ignore[operator]

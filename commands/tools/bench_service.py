@@ -48,7 +48,7 @@ def _plans(commands: int, clients: int) -> list[tuple[Any, Any, list[dict[str, A
     rng = random.Random(18)
     plans = []
     for i in range(clients):
-        org, user = ORGS[i % len(ORGS)], USERS[i]
+        org, user = ORGS[i % len(ORGS)], USERS[i % len(USERS)]
         cmds: list[dict[str, Any]] = []
         while len(cmds) < commands // clients:
             cmds += chat_script_commands(rng, org, user, uuid.UUID(int=rng.getrandbits(128), version=4))
@@ -96,7 +96,9 @@ def _serve(url: str) -> tuple[subprocess.Popen[bytes], str]:
     # (--create: the ledger may be new; --write-rate 0: the bench measures the service, not its per-token limit)
     argv = [sys.executable, "-m", "commands.cli.main", "--db", url, "serve", "--port", str(port), "--create",
             "--write-rate", "0"]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+                            stderr=open(os.environ["BENCH_SERVE_LOG"], "ab") if os.environ.get("BENCH_SERVE_LOG")
+                            else subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
@@ -283,9 +285,17 @@ async def _drive(base: str, plans: list[Any], secrets: list[str], auditors: dict
     http_chunks = list(zip(*(_slices([msgspec.json.encode(c) for c in plan], chunks) for _, _, plan in plans)))
     local_chunks = [[command_from_dict(c) for part in parts for c in part]
                     for parts in zip(*(_slices(plan, chunks) for _, _, plan in plans))]
-    conns = [await _Connection.open(host, int(port), secret) for secret in secrets]
+    conns: list[_Connection] = []
+
+    async def reconnect() -> None:
+        # (off the clock) fresh keep-alive connections for each HTTP chunk: uvicorn closes one left idle for
+        # 5 s, and the other arm, or the views catching up, can take longer than that between two chunks
+        for conn in conns:
+            conn.close()
+        conns[:] = [await _Connection.open(host, int(port), secret) for secret in secrets]
 
     async def head() -> int:
+        await reconnect()
         return int(msgspec.json.decode((await conns[0].request("GET", "/v1/events?limit=1"))[1])["head"])
 
     wall, start = 0.0, await head()
@@ -295,6 +305,7 @@ async def _drive(base: str, plans: list[Any], secrets: list[str], auditors: dict
             if arm == "local":
                 baseline.run(local_chunks[k])  # blocks the loop: nothing is in flight meanwhile
                 continue
+            await reconnect()
             t0, c0, s0 = time.perf_counter(), time.process_time(), _cpu_seconds(server_pid)
             await asyncio.gather(*(client(i, conns[i], http_chunks[k][i]) for i in range(len(plans))))
             wall += time.perf_counter() - t0

@@ -3,6 +3,7 @@ reads retried for a bounded time (``ledger.recorders``, which also holds the tim
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
@@ -10,7 +11,9 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 from uuid import UUID
 
 import psycopg
-from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError, StoredEvent
+from eventsourcing.persistence import (
+    IntegrityError, InterfaceError, OperationalError, ProgrammingError, StoredEvent,
+)
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresProcessRecorder
 from psycopg.sql import SQL, Identifier
 
@@ -73,6 +76,55 @@ def _cancel(conn: Any) -> None:
         pass
 
 
+#: the largest save (its payloads' bytes) sent as one pipeline; larger ones go statement by statement
+PIPELINE_BYTES = 256 * 1024
+
+
+class CancelWatch:
+    """One thread that sends a cancel request to a connection whose deadline passes (a COMMIT waiting for a
+    synchronous standby that has gone): a timer per save started a thread per save, a third of a save's time.
+    ``disarm`` returns only when no cancel for that arming is under way or will be sent, so a connection goes
+    back to its pool with nothing aimed at its next use."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._armed: dict[int, tuple[float, Any]] = {}
+        self._next = 0
+        self._thread: threading.Thread | None = None
+        self._wakes_at = float("inf")  # when the thread looks next (it is woken only for an earlier deadline)
+
+    def arm(self, conn: Any, seconds: float) -> int:
+        with self._cond:
+            self._next += 1
+            deadline = time.monotonic() + seconds
+            self._armed[self._next] = (deadline, conn)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="commit-cancels", daemon=True)
+                self._thread.start()
+            elif deadline < self._wakes_at:
+                self._cond.notify()
+            return self._next
+
+    def disarm(self, key: int | None) -> None:
+        if key is not None:
+            with self._cond:  # (held while a cancel is sent: after this, none is under way for ``key``)
+                self._armed.pop(key, None)
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                due = [k for k, (deadline, _) in self._armed.items() if deadline <= now]
+                for k in due:
+                    _cancel(self._armed.pop(k)[1])
+                soonest = min((deadline for deadline, _ in self._armed.values()), default=None)
+                self._wakes_at = float("inf") if soonest is None else soonest
+                self._cond.wait(None if soonest is None else max(soonest - now, 0.001))
+
+
+CANCELS = CancelWatch()
+
+
 def _piece(e: str) -> str:
     """The bytes an event adds to its chain, as ``ledger.chain.link`` hashes them, in SQL."""
     return (f"int8send({e}.originator_version) || int4send(octet_length(convert_to({e}.topic, 'UTF8'))) || "
@@ -95,12 +147,22 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder):
         self.sql_create_statements[self.create_table_statement_index] = SQL(  # type: ignore[call-overload]
             create.as_string().replace("notification_id bigserial, ", f"notification_id bigserial, {COLUMN} bytea, "))
         assert COLUMN in self.sql_create_statements[self.create_table_statement_index].as_string()
-        self.library_insert_statement = self.insert_events_statement
+        # The events go in as four parallel arrays (no composite type to build per row in Python), and the insert
+        # checks the expected versions itself: a stream the decision read (and does not write) that has moved
+        # makes it insert nothing (``_stale``), so a save is one statement after the lock.
+        unnest = ("unnest(%s::{2}[], %s::bigint[], %s::text[], %s::bytea[]) WITH ORDINALITY"
+                  " AS u(originator_id, originator_version, topic, state, ord)")
+        unmoved = (" NOT EXISTS (SELECT 1 FROM unnest(%s::{2}[], %s::bigint[]) AS x(id, v)"
+                   " WHERE COALESCE((SELECT max(m.originator_version) FROM {0}.{1} m WHERE m.originator_id = x.id),"
+                   " 0) <> x.v)")
+        self.library_insert_statement = SQL(
+            "INSERT INTO {0}.{1} (originator_id, originator_version, topic, state)"
+            " SELECT u.originator_id, u.originator_version, u.topic, u.state FROM " + unnest
+            + " WHERE" + unmoved + " ORDER BY u.ord RETURNING notification_id"
+        ).format(schema, table, id_type)
         self.hashed_insert_statement = SQL(
-            "WITH RECURSIVE e AS ("
-            " SELECT u.originator_id, u.originator_version, u.topic, u.state, u.ord"
-            " FROM unnest(%s::{0}.{2}[]) WITH ORDINALITY AS u(originator_id, originator_version, topic, state, ord)"
-            "), c AS ("
+            "WITH RECURSIVE e AS (SELECT u.originator_id, u.originator_version, u.topic, u.state, u.ord FROM "
+            + unnest + "), c AS ("
             " SELECT e.ord, e.originator_id, e.originator_version, e.topic, e.state, sha256("
             "  CASE WHEN p.originator_id IS NULL AND e.originator_version <= 1 THEN '\\x" + "00" * 32 + "'::bytea"
             "  ELSE p.{3} END || " + _piece("e")
@@ -113,10 +175,14 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder):
             " SELECT e.ord, e.originator_id, e.originator_version, e.topic, e.state, sha256(c.h || " + _piece("e")
             + ") FROM c JOIN e ON e.originator_id = c.originator_id AND e.originator_version = c.originator_version + 1"
             ") INSERT INTO {0}.{1} (originator_id, originator_version, topic, state, {3})"
-            " SELECT originator_id, originator_version, topic, state, h FROM c ORDER BY ord"
-            " RETURNING notification_id"
-        ).format(schema, table, Identifier(self.stored_event_type_name), Identifier(COLUMN))
-        self.timeout_statement = "SET LOCAL statement_timeout = {0}"
+            " SELECT originator_id, originator_version, topic, state, h FROM c WHERE" + unmoved
+            + " ORDER BY ord RETURNING notification_id"
+        ).format(schema, table, id_type, Identifier(COLUMN)).as_string(None)  # rendered once (psycopg caches str)
+        self.library_insert_statement = self.library_insert_statement.as_string(None)
+        # the statements before the insert, rendered once: the bounds, the notification (sent at commit), the lock
+        self.prelude_statement = ("SELECT set_config('statement_timeout', %s, true), "
+                                  "set_config('lock_timeout', %s, true), pg_notify(%s, '')")
+        self.lock_statement = SQL("LOCK TABLE {0}.{1} IN EXCLUSIVE MODE").format(schema, table).as_string(None)
         self.column_statement = SQL(
             "SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
             "AND column_name = %s")
@@ -162,13 +228,21 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder):
         self.insert_events_statement = self.hashed_insert_statement if present else self.library_insert_statement
 
     def _insert_stored_events(self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
+        """The insert (after the lock), checking the expected versions: it inserts nothing if one moved."""
         if self.chain_column is None:  # a ledger opened without creating anything: is it hashed?
             self._use_chain(self.probe_chain_column())
-        super()._insert_stored_events(curs, stored_events, **kwargs)
+        expected: Mapping[UUID, int] = kwargs.get(EXPECTED_VERSIONS) or {}
+        curs.execute(self.insert_events_statement, (
+            [e.originator_id for e in stored_events], [e.originator_version for e in stored_events],
+            [e.topic for e in stored_events], [e.state for e in stored_events],
+            list(expected), list(expected.values())), prepare=True)
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
-        """One attempt, never retried here: lock the table, insert, check the expected versions, commit.
-        A failed connection is ``ConnectionLost`` before COMMIT was sent and ``SaveInDoubt`` after."""
+        """One attempt, never retried here: bound the save's statements, lock the table, insert (checking the
+        expected versions), then COMMIT. Two round trips for a save of at most ``PIPELINE_BYTES``: everything
+        before COMMIT goes as one pipeline, and COMMIT alone after its answers, so that a connection failing
+        before COMMIT was sent is known to have recorded nothing (``ConnectionLost``; after: ``SaveInDoubt``).
+        A larger save goes statement by statement."""
         if self.chain_column is None and stored_events:
             self._use_chain(self.probe_chain_column())
         expected: Mapping[UUID, int] = kwargs.get(EXPECTED_VERSIONS) or {}
@@ -176,7 +250,11 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder):
         commit_sent = False
         seconds = commit_timeout()
         unconfirmed: list[str] = []
-        timer: threading.Timer | None = None
+        watch: Any = None
+        # psycopg 3.3 with libpq 18 leaves the end of a pipelined statement of more than a few MB in its output
+        # buffer and waits for a reply the server cannot send, forever, holding the table's lock
+        # (tests/store/test_large_saves.py): large saves are not pipelined
+        pipelined = sum(len(e.state) for e in stored_events) <= PIPELINE_BYTES
 
         def notice(diag: Any) -> None:  # the server's word that it stopped waiting for a standby
             if (diag.message_primary or "").startswith(SYNC_REP_CANCELED):
@@ -184,61 +262,60 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder):
 
         try:
             with self.datastore.get_connection() as conn:
-                failure: BaseException | None = None
-                notification_ids: list[int] = []
                 conn.add_notice_handler(notice)
-                # Not in pipeline mode (as the library's recorder is): psycopg 3.3 with libpq 18 leaves the end of
-                # a pipelined statement of more than a few MB in its output buffer and waits for a reply the
-                # server cannot send, forever, holding the table's lock (tests/store/test_large_saves.py).
-                with conn.transaction():
-                    with conn.cursor() as curs, conn.cursor() as check:
-                        try:
-                            # every statement of this save, COMMIT included, is bounded (a COMMIT waiting for a
-                            # synchronous standby that has gone is canceled, and the server says so: ``notice``)
-                            curs.execute(self.timeout_statement.format(int(seconds * 1000)))
-                            self._insert_events(curs, stored_events, **kwargs)
-                            if stored_events:  # a version already taken raises IntegrityError here
-                                self._insert_stored_events(curs, stored_events, **kwargs)
-                                notification_ids = list(self._fetch_ids_after_insert_events(curs, stored_events))
-                            if expected:
-                                check.execute(self.current_versions_statement, (list(expected),), prepare=True)
-                                current = {r["originator_id"]: r["version"] for r in check.fetchall()}
-                                stale = stale_versions(expected, current)
-                                if stale:
-                                    failure = DependencyChanged(stale)
-                        except Exception as e:  # noqa: BLE001 - raised below, once rolled back
-                            failure = e
-                    if failure is not None:
-                        raise psycopg.Rollback()
-                    commit_sent = True  # leaving the block sends COMMIT
-                    # PostgreSQL's statement timeout ends before COMMIT's wait for a synchronous standby: that
-                    # wait is bounded from here, by a cancel request (the server then stops waiting, commits
-                    # locally and says so: ``notice``)
-                    timer = threading.Timer(seconds, _cancel, (conn,))
-                    timer.daemon = True
-                    timer.start()
-                if timer is not None:
-                    timer.cancel()
-                    timer.join()  # (a cancel under way is sent before the connection goes back to the pool)
+                with conn.cursor() as curs, conn.cursor() as insert:
+                    try:
+                        # BEGIN as a statement: psycopg's transaction block would sync the pipeline at its start
+                        with conn.pipeline() if pipelined else contextlib.nullcontext():
+                            curs.execute("BEGIN")
+                            # every statement of this save is bounded (and COMMIT below: ``CANCELS``)
+                            curs.execute(self.prelude_statement, (f"{int(seconds * 1000)}ms",
+                                                                  f"{self.datastore.lock_timeout}s",
+                                                                  self.channel_name), prepare=True)
+                            curs.execute(self.lock_statement, prepare=True)
+                            self._insert_events(curs, stored_events, **kwargs)  # (a process recorder's tracking)
+                            if stored_events:
+                                self._insert_stored_events(insert, stored_events, **kwargs)
+                        notification_ids = ([r["notification_id"] for r in insert.fetchall()]
+                                            if stored_events else [])
+                        if len(notification_ids) < len(stored_events) or (expected and not stored_events):
+                            # a stream the decision read has moved (the insert wrote nothing): which, and how far
+                            curs.execute(self.current_versions_statement, (list(expected),), prepare=True)
+                            stale = stale_versions(expected, {r["originator_id"]: r["version"]
+                                                              for r in curs.fetchall()})
+                            if stale or stored_events:
+                                conn.rollback()
+                                raise DependencyChanged(stale) if stale else ProgrammingError(
+                                    f"{len(notification_ids)} of {len(stored_events)} events inserted")
+                        # PostgreSQL's statement timeout ends before COMMIT's wait for a synchronous standby: that
+                        # wait is bounded by a cancel request (the server then stops waiting, commits locally
+                        # and says so: ``notice``)
+                        watch = CANCELS.arm(conn, seconds)
+                        commit_sent = True
+                        curs.execute("COMMIT")
+                    except BaseException:
+                        if not conn.broken and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                            conn.rollback()  # a statement failed: the transaction is open, aborted
+                        raise
+                CANCELS.disarm(watch)  # (a cancel under way is sent before the connection goes back to the pool)
+                watch = None
                 conn.remove_notice_handler(notice)
-                if failure is not None:
-                    if isinstance(failure, psycopg.errors.QueryCanceled):
-                        raise StatementTimedOut(f"a statement of the save took more than {seconds:g} s and was "
-                                                "canceled: nothing was recorded") from failure
-                    raise failure
-                if unconfirmed:
-                    raise ReplicationUnconfirmed(stored_events, seconds)
-                return notification_ids
+            if unconfirmed:
+                raise ReplicationUnconfirmed(stored_events, seconds)
+            return notification_ids
         except Exception as e:
-            if timer is not None:
-                timer.cancel()
-                timer.join()
+            CANCELS.disarm(watch)
             if conn is not None:
                 try:
                     conn.remove_notice_handler(notice)
                 except ValueError:
                     pass
-            if isinstance(e, (IntegrityError, ReplicationUnconfirmed, StatementTimedOut)) or not _connection_failed(conn, e):
+            canceled = e if isinstance(e, psycopg.errors.QueryCanceled) else e.__cause__
+            if isinstance(canceled, psycopg.errors.QueryCanceled) and not unconfirmed:
+                raise StatementTimedOut(f"a statement of the save took more than {seconds:g} s and was "
+                                        "canceled: nothing was recorded") from e
+            if isinstance(e, (IntegrityError, ReplicationUnconfirmed, StatementTimedOut, ProgrammingError)) \
+                    or not _connection_failed(conn, e):
                 raise
             if commit_sent:
                 raise SaveInDoubt(stored_events, e) from e

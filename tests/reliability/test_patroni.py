@@ -10,6 +10,7 @@ PostgreSQL's server binaries, ``patroni`` and ``etcd``; skipped with the reason 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -136,12 +137,13 @@ def patroni_pair() -> Iterator[tuple[Node, Node]]:
         for name in ("etcd.log", "pg1.log", "pg2.log"):
             print(f"--- {name}\n{(root / name).read_text(errors='replace')[-3000:]}")
         raise
-    finally:
-        for node in nodes:
-            node.kill()
-        os.killpg(etcd.pid, signal.SIGKILL)
-        etcd.wait(timeout=30)
-        shutil.rmtree(root, ignore_errors=True)
+    finally:  # every process goes, whatever one of them does
+        with contextlib.ExitStack() as stack:
+            stack.callback(shutil.rmtree, root, ignore_errors=True)
+            stack.callback(etcd.wait, timeout=30)
+            stack.callback(os.killpg, etcd.pid, signal.SIGKILL)
+            for node in nodes:
+                stack.callback(node.kill)
 
 
 def test_patroni_fails_over_on_its_own_and_no_acknowledged_command_is_lost(patroni_pair) -> None:
