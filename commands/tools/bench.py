@@ -269,6 +269,11 @@ def print_table(results: dict[str, Any]) -> None:
             p = x["pgbench"]
             click.echo(f"{backend:<9} {'write path: handler vs pgbench, 1 cl':<34} {x['handler']['commands_per_s']:>16,} "
                        f"{str(p.get('clients_1')):>16} {str(x['ratios']['handler_vs_pgbench_1']):>7} {'>=0.5':>7}")
+            f = x["floors"]
+            for what, key in (("  psycopg: one INSERT per tx (/s)", "psycopg_insert_per_s"),
+                              ("  the recorder alone: saves/s", "recorder_saves_per_s")):
+                click.echo(f"{backend:<9} {what:<34} {f[key]:>16,} {str(p.get('clients_1')):>16} "
+                           f"{f[key] / p['clients_1'] if isinstance(p.get('clients_1'), int) else 0:>7.2f}")
             for n in (8, 32):
                 s = x["service"][f"clients_{n}"]
                 click.echo(f"{backend:<9} {f'  service vs pgbench, {n} clients':<34} {s['commands_per_s']:>16,} "

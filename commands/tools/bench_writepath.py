@@ -99,12 +99,57 @@ def handler_rate(url: str, commands: int) -> dict[str, Any]:
             "mean_payload_bytes": round(sum(states) / max(len(states), 1))}
 
 
+def floors(url: str, payload_bytes: int, n: int = 2000) -> dict[str, Any]:
+    """What bounds the handler, step by step, in this process: one autocommit INSERT of the same row per
+    transaction from Python (psycopg: pgbench's work, less its C client), and the ledger's recorder alone (one
+    event per save: the pipeline, its lock, the chain, COMMIT; no decision)."""
+    import uuid
+
+    import psycopg
+    from eventsourcing.persistence import StoredEvent
+    from psycopg import sql
+
+    from ledger.store import DatabaseURL, open_app
+
+    db = DatabaseURL.parse(url)
+    payload = b"x" * payload_bytes
+    table = sql.Identifier(db.schema, "floor_events")
+    with psycopg.connect(db.psycopg_conninfo(), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(db.schema)))
+        conn.execute(sql.SQL("CREATE TABLE {} (originator_id uuid NOT NULL, originator_version bigint NOT NULL, "
+                             "topic text, state bytea, notification_id bigserial UNIQUE, "
+                             "PRIMARY KEY (originator_id, originator_version))").format(table))
+        insert = sql.SQL("INSERT INTO {} (originator_id, originator_version, topic, state) VALUES (%s, 1, %s, %s)"
+                         ).format(table).as_string(conn)
+        t = time.perf_counter()
+        for _ in range(n):
+            conn.execute(insert, (uuid.uuid4(), "ledger.chat.events:Chat.MessagesCommitted", payload), prepare=True)
+        psycopg_s = time.perf_counter() - t
+        conn.execute(sql.SQL("DROP TABLE {}").format(table))
+    app = open_app(url)
+    try:
+        streams = [uuid.uuid4() for _ in range(50)]
+        versions = dict.fromkeys(streams, 0)
+        t = time.perf_counter()
+        for k in range(n):
+            stream = streams[k % 50]
+            versions[stream] += 1
+            app.recorder.insert_events([StoredEvent(stream, versions[stream], "ledger.chat.events:Chat.MessagesCommitted",
+                                                    payload)])
+        recorder_s = time.perf_counter() - t
+    finally:
+        app.close()
+    return {"psycopg_insert_per_s": round(n / psycopg_s), "recorder_saves_per_s": round(n / recorder_s)}
+
+
 def child_writepath(url: str, commands: int) -> dict[str, Any]:
     from commands.tools.bench_kit import _drop, _sibling
     from commands.tools.bench_service import child_service
 
     handler = handler_rate(url, commands)
     pgbench = pgbench_rates(url, handler["mean_payload_bytes"], (1, 8, 32))
+    floor = floors(_sibling(url, "floor"), handler["mean_payload_bytes"])
+    _drop(_sibling(url, "floor"))
     service: dict[str, Any] = {}
     for clients in (8, 32):
         target = _sibling(url, f"svc{clients}")
@@ -122,7 +167,8 @@ def child_writepath(url: str, commands: int) -> dict[str, Any]:
     def ratio(a: Any, b: Any) -> float | None:
         return round(a / b, 2) if isinstance(a, int) and isinstance(b, int) and b else None
 
-    return {"handler": handler, "pgbench": pgbench, "service": service, "many_servers": many, "ratios": {
+    return {"handler": handler, "pgbench": pgbench, "floors": floor, "service": service, "many_servers": many,
+            "ratios": {
         "handler_vs_pgbench_1": ratio(handler["commands_per_s"], pgbench.get("clients_1")),
         "service_8_vs_pgbench_8": ratio(service["clients_8"]["commands_per_s"], pgbench.get("clients_8")),
         "service_32_vs_pgbench_32": ratio(service["clients_32"]["commands_per_s"], pgbench.get("clients_32"))}}
