@@ -21,7 +21,7 @@ from commands.eventlog_verify import verify
 
 @click.group()
 def events() -> None:
-    """Stored events: verify, stats, export, import, rehash."""
+    """Stored events: verify, stats, export, import, rehash, checkpoint."""
 
 
 @events.command("verify")
@@ -33,15 +33,29 @@ def events() -> None:
               help="Check the log up to notification N only (the head of a digest kept earlier); implies "
                    "--no-projections; a log that ends before N fails.")
 @click.option("--expect-digest", metavar="HEX", help="Fail unless the log's digest (up to --upto) is HEX.")
+@click.option("--checkpoint", "checkpoint_file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Also check the log against a signed checkpoint (with --public-key): the Merkle root of its "
+                   "first events, recomputed from what is stored, must be the one signed (docs/evidence.md).")
+@click.option("--public-key", type=click.Path(dir_okay=False), metavar="FILE",
+              help="The public key the checkpoint must be signed with.")
 @pass_ctx
 def events_verify(c: Ctx, as_json: bool, no_projections: bool, decisions: bool, upto: int | None,
-                  expect_digest: str | None) -> None:
+                  expect_digest: str | None, checkpoint_file: str | None, public_key: str | None) -> None:
     """Decode and replay every stored event, check invariants and projections; exit 1 on any anomaly."""
+    if (checkpoint_file is None) != (public_key is None):
+        raise click.UsageError("--checkpoint and --public-key go together")
     no_projections = no_projections or upto is not None
     backend = None if no_projections else c.backend
     with progress_bar("verifying", c.app.head() if upto is None else upto) as progress:
         report = verify(c.app, backend, None if no_projections else views.all_projections(c.app),
                         decisions=decisions, heads=as_json, progress=progress, upto=upto)
+    if checkpoint_file is not None and public_key is not None:
+        from pathlib import Path
+
+        from commands.evidence import check_checkpoint_files
+
+        report["anomalies"].extend(check_checkpoint_files(c.app, Path(checkpoint_file), Path(public_key)))
+        report["ok"] = not report["anomalies"]
     if expect_digest is not None and report["chain"]["digest"] != expect_digest.strip().lower():
         report["ok"] = False
         report["anomalies"].append({"stream_id": None, "version": None, "notification_id": report["head"],
@@ -75,6 +89,33 @@ def events_verify(c: Ctx, as_json: bool, no_projections: bool, decisions: bool, 
         else:
             click.echo(f"OK, but {len(ch['unproven'])} streams were imported without proof" if ch["unproven"] else "OK")
     sys.exit(0 if report["ok"] else 1)
+
+
+@events.command("checkpoint")
+@click.option("--key", "key_file", required=True, type=click.Path(dir_okay=False, exists=True), metavar="FILE",
+              help="The Ed25519 private key to sign with (`chat-ledger keys create`).")
+@click.option("-o", "--output", "out", default="-", metavar="FILE", help="Where to write it (default: stdout).")
+@json_option("With -o FILE: print the checkpoint as JSON on standard output too (it always is JSON).")
+@pass_ctx
+def events_checkpoint(c: Ctx, key_file: str, out: str, as_json: bool) -> None:
+    """Sign the log's size and Merkle root now: a checkpoint anyone can hold the ledger to (docs/evidence.md)."""
+    from pathlib import Path
+
+    from commands.evidence import EvidenceError, make_checkpoint
+
+    try:
+        checkpoint = make_checkpoint(c.app, Path(key_file))
+    except EvidenceError as e:
+        raise click.ClickException(str(e)) from None
+    text = json.dumps(checkpoint.to_json(), indent=2) + "\n"
+    if out == "-":
+        click.echo(text, nl=False)
+    else:
+        Path(out).write_text(text)
+        if as_json:
+            click.echo(text, nl=False)
+        click.echo(f"checkpoint of {checkpoint.log_size} events, root {checkpoint.root_hash[:16]}…, "
+                   f"signed by key {checkpoint.key_id}: {out}", err=True)
 
 
 @events.command("stats")

@@ -1,0 +1,83 @@
+"""The service layer of the evidence (issue 27): checkpoints of the stored Merkle tree, and a log checked
+against a checkpoint by recomputing the tree from the stored events alone (docs/evidence.md)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from ledger.chain import scan
+from ledger.evidence.checkpoint import (
+    Checkpoint, EvidenceError, check_signature, create_keys, key_id, load_private, load_public, sign,
+)
+from ledger.evidence.merkle import Frontier
+from ledger.evidence.tree import StoredTree, entry_hash
+
+
+def make_checkpoint(app: Any, key_path: Path) -> Checkpoint:
+    """Extend the stored tree to the log's head and sign its size and root now."""
+    key = load_private(key_path)
+    tree = StoredTree(app)
+    size = tree.catch_up()
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return sign(key, size, tree.root(size), now)
+
+
+def check_checkpoint(app: Any, checkpoint: Checkpoint, public_key: Any) -> list[dict[str, Any]]:
+    """The anomalies of the log against ``checkpoint`` (none: the log's first ``log_size`` events are what was
+    signed). The root is recomputed from the stored events themselves — never from the stored tree, which whoever
+    can write the database can rewrite too; the stored tree only helps to name the first entry that differs."""
+    check_signature(checkpoint, public_key)
+    size = checkpoint.log_size
+    frontier = Frontier()  # O(log n) memory: the log is read once, in notification order
+    for n in scan(app, app.head(), by_notification=True):
+        if frontier.size == size:
+            break
+        frontier.append(entry_hash(n))
+    if frontier.size < size:
+        return [_anomaly(None, f"the log holds {frontier.size} events, the checkpoint of {checkpoint.time} covers "
+                               f"{size}: events were deleted (the log, or a stream, was truncated)")]
+    if frontier.root().hex() == checkpoint.root_hash:
+        return []
+    return [_first_difference(app, checkpoint)]
+
+
+def _first_difference(app: Any, checkpoint: Checkpoint) -> dict[str, Any]:
+    """Which entry differs (a second pass, only when the root does): the first whose event or hash is not the
+    stored tree's — when the stored tree is still the one that was signed."""
+    size = checkpoint.log_size
+    tree = StoredTree(app)
+    if tree.size() >= size and tree.root(size).hex() == checkpoint.root_hash:
+        events = scan(app, app.head(), by_notification=True)
+        for (idx, stored_nid, stored_hash), n in zip(tree.leaves(size), events):
+            if n.id != stored_nid or entry_hash(n) != stored_hash:
+                what = ("an event was inserted, deleted or moved before it" if n.id != stored_nid
+                        else "its topic, payload, stream or version was changed")
+                return _anomaly(n, f"entry {idx} of the log (notification {n.id}) differs from the one "
+                                   f"checkpointed at {checkpoint.time}: {what}")
+    return _anomaly(None, f"the log's first {size} events do not hash to the root of the checkpoint of "
+                          f"{checkpoint.time}, and the stored Merkle tree was rewritten too: an older checkpoint or "
+                          "an inclusion proof narrows down which entry changed")
+
+
+def _anomaly(n: Any, reason: str) -> dict[str, Any]:
+    stream = None if n is None else str(n.originator_id if isinstance(n.originator_id, UUID) else UUID(str(n.originator_id)))
+    return {"stream_id": stream, "version": None if n is None else n.originator_version,
+            "notification_id": None if n is None else n.id, "check": "checkpoint", "reason": reason}
+
+
+def new_keys(name: str, directory: Path) -> tuple[Path, Path, str]:
+    """``keys create``: the private and public key files and the key id."""
+    private, public = create_keys(name, directory)
+    return private, public, key_id(load_public(public))
+
+
+def check_checkpoint_files(app: Any, checkpoint_path: Path, public_key_path: Path) -> list[dict[str, Any]]:
+    """``events verify --checkpoint FILE --public-key FILE``: the anomalies, an unreadable or unsigned file among
+    them."""
+    try:
+        return check_checkpoint(app, Checkpoint.read(checkpoint_path), load_public(public_key_path))
+    except EvidenceError as e:
+        return [_anomaly(None, str(e))]

@@ -1,0 +1,149 @@
+"""Signed checkpoints: a statement of the log's size and Merkle root at a time, signed with Ed25519 (issue 27,
+point 2). The format is docs/evidence.md's, checkable without this code:
+
+* the **signed text** is five lines, each ended by ``\\n``: ``chat-ledger-checkpoint/v1``, the log size (decimal),
+  the root hash (64 lower-case hex digits), the time (RFC 3339, UTC, ``Z``) and the key id;
+* the **key id** is the first 8 bytes, in hex, of SHA-256 of the raw 32-byte Ed25519 public key;
+* the **checkpoint file** is one JSON object: ``format`` ("chat-ledger-checkpoint"), ``version`` (1),
+  ``log_size``, ``root_hash``, ``time``, ``key_id`` and ``signature`` (the Ed25519 signature of the signed text,
+  base64).
+
+Keys are files: the private key PKCS#8 PEM (mode 0600), the public key SubjectPublicKeyInfo PEM. The private key
+never goes into the database. Every primitive is the ``cryptography`` package's.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+FORMAT, VERSION = "chat-ledger-checkpoint", 1
+HEADER = f"{FORMAT}/v{VERSION}"
+
+
+class EvidenceError(ValueError):
+    """A key or checkpoint that cannot be read, or does not verify."""
+
+
+def _raw_public(public_key: Any) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def key_id(public_key: Any) -> str:
+    return hashlib.sha256(_raw_public(public_key)).digest()[:8].hex()
+
+
+def create_keys(name: str, directory: Path) -> tuple[Path, Path]:
+    """Write ``NAME.key`` (private, 0600) and ``NAME.pub``; refuses to overwrite either."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    if not name or "/" in name or name.startswith("."):
+        raise EvidenceError(f"a key name is a plain file name, not {name!r}")
+    private_path, public_path = directory / f"{name}.key", directory / f"{name}.pub"
+    for path in (private_path, public_path):
+        if path.exists():
+            raise EvidenceError(f"{path} exists: a key is never overwritten")
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())
+    fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(pem)
+    public_path.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                          serialization.PublicFormat.SubjectPublicKeyInfo))
+    return private_path, public_path
+
+
+def load_private(path: Path) -> Any:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    try:
+        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as e:
+        raise EvidenceError(f"cannot read the private key {path}: {e}") from e
+    if not isinstance(key, Ed25519PrivateKey):
+        raise EvidenceError(f"{path} is not an Ed25519 private key")
+    return key
+
+
+def load_public(path: Path) -> Any:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    try:
+        key = serialization.load_pem_public_key(Path(path).read_bytes())
+    except (OSError, ValueError, TypeError) as e:
+        raise EvidenceError(f"cannot read the public key {path}: {e}") from e
+    if not isinstance(key, Ed25519PublicKey):
+        raise EvidenceError(f"{path} is not an Ed25519 public key")
+    return key
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    log_size: int
+    root_hash: str
+    time: str
+    key_id: str
+    signature: str = ""
+
+    def signed_text(self) -> bytes:
+        return f"{HEADER}\n{self.log_size}\n{self.root_hash}\n{self.time}\n{self.key_id}\n".encode("ascii")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": VERSION, "log_size": self.log_size, "root_hash": self.root_hash,
+                "time": self.time, "key_id": self.key_id, "signature": self.signature}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Checkpoint:
+        try:
+            if data.get("format") != FORMAT or data.get("version") != VERSION:
+                raise EvidenceError(f"not a {FORMAT} version {VERSION}: format {data.get('format')!r}, "
+                                    f"version {data.get('version')!r}")
+            size, root_hash = data["log_size"], data["root_hash"]
+            if not isinstance(size, int) or size < 0 or not isinstance(root_hash, str) or len(root_hash) != 64:
+                raise EvidenceError("log_size must be a count and root_hash 64 hex digits")
+            bytes.fromhex(root_hash)
+            return cls(size, root_hash.lower(), str(data["time"]), str(data["key_id"]), str(data["signature"]))
+        except (KeyError, AttributeError, ValueError) as e:
+            if isinstance(e, EvidenceError):
+                raise
+            raise EvidenceError(f"not a checkpoint: {e}") from e
+
+    @classmethod
+    def read(cls, path: Path) -> Checkpoint:
+        try:
+            return cls.from_json(json.loads(Path(path).read_text()))
+        except (OSError, ValueError) as e:
+            if isinstance(e, EvidenceError):
+                raise
+            raise EvidenceError(f"cannot read the checkpoint {path}: {e}") from e
+
+
+def sign(private_key: Any, log_size: int, root_hash: bytes, time: str) -> Checkpoint:
+    unsigned = Checkpoint(log_size, root_hash.hex(), time, key_id(private_key.public_key()))
+    signature = private_key.sign(unsigned.signed_text())
+    return Checkpoint(unsigned.log_size, unsigned.root_hash, time, unsigned.key_id,
+                      base64.b64encode(signature).decode("ascii"))
+
+
+def check_signature(checkpoint: Checkpoint, public_key: Any) -> None:
+    """Raise ``EvidenceError`` unless ``checkpoint`` is signed by ``public_key``."""
+    from cryptography.exceptions import InvalidSignature
+
+    if checkpoint.key_id != key_id(public_key):
+        raise EvidenceError(f"the checkpoint was signed by key {checkpoint.key_id}, not by this public key "
+                            f"({key_id(public_key)})")
+    try:
+        public_key.verify(base64.b64decode(checkpoint.signature, validate=True), checkpoint.signed_text())
+    except (InvalidSignature, ValueError) as e:
+        raise EvidenceError("the checkpoint's signature does not verify: it was changed after it was signed") from e
