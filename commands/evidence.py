@@ -10,9 +10,10 @@ from uuid import UUID
 
 from ledger.chain import scan
 from ledger.evidence.checkpoint import (
-    Checkpoint, EvidenceError, check_signature, create_keys, key_id, load_private, load_public, sign,
+    Checkpoint, EvidenceError, check_signature, consistency_document, create_keys, inclusion_document, key_id,
+    load_private, load_public, sign, verify_proof,
 )
-from ledger.evidence.merkle import Frontier
+from ledger.evidence.merkle import Frontier, consistency_proof, inclusion_proof
 from ledger.evidence.tree import StoredTree, entry_hash
 
 
@@ -81,3 +82,51 @@ def check_checkpoint_files(app: Any, checkpoint_path: Path, public_key_path: Pat
         return check_checkpoint(app, Checkpoint.read(checkpoint_path), load_public(public_key_path))
     except EvidenceError as e:
         return [_anomaly(None, str(e))]
+
+
+def _tree_at(app: Any, checkpoint: Checkpoint) -> StoredTree:
+    """The stored tree, extended, and checked to be the one ``checkpoint`` signed (a proof from another tree
+    would not verify: say why here instead)."""
+    tree = StoredTree(app)
+    if tree.catch_up() < checkpoint.log_size:
+        raise EvidenceError(f"the log holds fewer events than the checkpoint's {checkpoint.log_size}: events were "
+                            "deleted (`events verify --checkpoint` names them)")
+    if tree.root(checkpoint.log_size).hex() != checkpoint.root_hash:
+        raise EvidenceError("the stored tree is not the one this checkpoint signed: the log changed "
+                            "(`events verify --checkpoint` names the entry)")
+    return tree
+
+
+def prove_inclusion(app: Any, stream_id: UUID, version: int, checkpoint_path: Path) -> dict[str, Any]:
+    """``events prove STREAM VERSION --checkpoint FILE``: that the event is in the checkpointed log."""
+    checkpoint = Checkpoint.read(checkpoint_path)
+    tree = _tree_at(app, checkpoint)
+    nid = tree.notification_of(stream_id, version)
+    index = tree.leaf_index(nid) if nid is not None else None
+    if index is None or index >= checkpoint.log_size:
+        raise EvidenceError(f"stream {stream_id} version {version} is not among the {checkpoint.log_size} events "
+                            "the checkpoint covers")
+    (event,) = [n for n in scan(app, nid, stream_id) if n.originator_version == version]
+    return inclusion_document(checkpoint.log_size, index, str(stream_id), version, event.topic, bytes(event.state),
+                              inclusion_proof(tree.node, index, checkpoint.log_size))
+
+
+def prove_consistency(app: Any, old_path: Path, new_path: Path) -> dict[str, Any]:
+    """``events prove --consistency OLD NEW``: that the newer checkpoint's log extends the older one unchanged."""
+    old, new = Checkpoint.read(old_path), Checkpoint.read(new_path)
+    if old.log_size > new.log_size or old.log_size == 0:
+        raise EvidenceError(f"no consistency proof from {old.log_size} to {new.log_size} events: give the older "
+                            "checkpoint first (of at least one event)")
+    tree = _tree_at(app, new)
+    return consistency_document(old, new.log_size, consistency_proof(tree.node, old.log_size, new.log_size))
+
+
+def verify_proof_files(proof_path: Path, checkpoint_path: Path, public_key_path: Path) -> str:
+    """``proof verify``: offline, no database."""
+    import json
+
+    try:
+        document = json.loads(Path(proof_path).read_text())
+    except (OSError, ValueError) as e:
+        raise EvidenceError(f"cannot read the proof {proof_path}: {e}") from e
+    return verify_proof(document, Checkpoint.read(checkpoint_path), load_public(public_key_path))

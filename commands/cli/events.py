@@ -21,7 +21,7 @@ from commands.eventlog_verify import verify
 
 @click.group()
 def events() -> None:
-    """Stored events: verify, stats, export, import, rehash, checkpoint."""
+    """Stored events: verify, stats, export, import, rehash, checkpoint, prove."""
 
 
 @events.command("verify")
@@ -116,6 +116,44 @@ def events_checkpoint(c: Ctx, key_file: str, out: str, as_json: bool) -> None:
             click.echo(text, nl=False)
         click.echo(f"checkpoint of {checkpoint.log_size} events, root {checkpoint.root_hash[:16]}…, "
                    f"signed by key {checkpoint.key_id}: {out}", err=True)
+
+
+@events.command("prove")
+@click.argument("stream", required=False)
+@click.argument("version", type=click.IntRange(min=0), required=False)
+@click.option("--checkpoint", "checkpoint_file", type=click.Path(dir_okay=False, exists=True), metavar="FILE",
+              help="The checkpoint the inclusion proof is for.")
+@click.option("--consistency", nargs=2, type=click.Path(dir_okay=False, exists=True), metavar="OLD NEW",
+              help="Prove that checkpoint NEW's log extends checkpoint OLD's unchanged (instead of STREAM VERSION).")
+@click.option("-o", "--output", "out", default="-", metavar="FILE", help="Where to write it (default: stdout).")
+@json_option("With -o FILE: print the proof as JSON on standard output too (it always is JSON).")
+@pass_ctx
+def events_prove(c: Ctx, stream: str | None, version: int | None, checkpoint_file: str | None,
+                 consistency: tuple[str, str] | None, out: str, as_json: bool) -> None:
+    """An inclusion proof of one event in a checkpoint's log, or a consistency proof between two checkpoints;
+    `chat-ledger proof verify` checks either offline (docs/evidence.md)."""
+    from pathlib import Path
+
+    from commands.evidence import EvidenceError, prove_consistency, prove_inclusion
+
+    try:
+        if consistency:
+            if stream is not None or checkpoint_file is not None:
+                raise click.UsageError("--consistency OLD NEW takes no STREAM VERSION and no --checkpoint")
+            document = prove_consistency(c.app, Path(consistency[0]), Path(consistency[1]))
+        else:
+            if stream is None or version is None or checkpoint_file is None:
+                raise click.UsageError("give STREAM VERSION --checkpoint FILE, or --consistency OLD NEW")
+            document = prove_inclusion(c.app, c.stream_id(stream), version, Path(checkpoint_file))
+    except EvidenceError as e:
+        raise click.ClickException(str(e)) from None
+    text = json.dumps(document, indent=2) + "\n"
+    if out == "-":
+        click.echo(text, nl=False)
+        return
+    Path(out).write_text(text)
+    if as_json:
+        click.echo(text, nl=False)
 
 
 @events.command("stats")

@@ -1,4 +1,4 @@
-"""``chat-ledger keys create`` (``commands.evidence``): the checkpoints' signing keys, as files."""
+"""``chat-ledger keys create`` and ``chat-ledger proof verify`` (``commands.evidence``): the checkpoints' signing keys, as files."""
 
 from __future__ import annotations
 
@@ -31,3 +31,36 @@ def keys_create(name: str, directory: str, as_json: bool) -> None:
         emit_json({"key_id": kid, "private": str(private), "public": str(public)})
         return
     click.echo(f"key {kid}: private {private} (mode 0600), public {public}")
+
+
+@click.group()
+def proof() -> None:
+    """Check proofs of the log against signed checkpoints, offline (docs/evidence.md)."""
+
+
+@proof.command("verify")
+@click.argument("proof_file", metavar="PROOF", type=click.Path(dir_okay=False, exists=True))
+@click.option("--checkpoint", "checkpoint_file", required=True, type=click.Path(dir_okay=False, exists=True),
+              metavar="FILE", help="The checkpoint the proof is for (the newer one, for a consistency proof).")
+@click.option("--public-key", required=True, type=click.Path(dir_okay=False, exists=True), metavar="FILE",
+              help="The key the checkpoints must be signed with.")
+@json_option('Print {"ok", "proves" | "error"} as JSON.')
+def proof_verify(proof_file: str, checkpoint_file: str, public_key: str, as_json: bool) -> None:
+    """Check an inclusion or consistency proof (`events prove`) against a checkpoint, without any database; exit 1
+    when it does not hold."""
+    import sys
+
+    from commands.evidence import EvidenceError, verify_proof_files
+
+    try:
+        proves = verify_proof_files(Path(proof_file), Path(checkpoint_file), Path(public_key))
+    except EvidenceError as e:
+        if as_json:
+            emit_json({"ok": False, "error": str(e)})
+        else:
+            click.echo(f"FAILED: {e}")
+        sys.exit(1)
+    if as_json:
+        emit_json({"ok": True, "proves": proves})
+    else:
+        click.echo(f"OK: {proves}")

@@ -147,3 +147,69 @@ def check_signature(checkpoint: Checkpoint, public_key: Any) -> None:
         public_key.verify(base64.b64decode(checkpoint.signature, validate=True), checkpoint.signed_text())
     except (InvalidSignature, ValueError) as e:
         raise EvidenceError("the checkpoint's signature does not verify: it was changed after it was signed") from e
+
+
+# -- proofs (issue 27, point 4): JSON files checked offline against checkpoints ----------------------------------
+
+INCLUSION, CONSISTENCY = "chat-ledger-inclusion-proof", "chat-ledger-consistency-proof"
+
+
+def inclusion_document(size: int, index: int, stream_id: str, version: int, topic: str, state: bytes,
+                       path: list[bytes]) -> dict[str, Any]:
+    """An inclusion proof: the entry as stored (so its leaf is recomputed, not trusted), and its audit path."""
+    return {"format": INCLUSION, "version": VERSION, "log_size": size, "leaf_index": index,
+            "entry": {"stream_id": stream_id, "version": version, "topic": topic,
+                      "payload": base64.b64encode(state).decode("ascii")},
+            "audit_path": [h.hex() for h in path]}
+
+
+def consistency_document(old: Checkpoint, new_size: int, proof: list[bytes]) -> dict[str, Any]:
+    """A consistency proof from ``old`` (embedded: it carries the old root and its signature) to ``new_size``."""
+    return {"format": CONSISTENCY, "version": VERSION, "old": old.to_json(), "new_size": new_size,
+            "proof": [h.hex() for h in proof]}
+
+
+def verify_proof(document: Any, checkpoint: Checkpoint, public_key: Any) -> str:
+    """Check a proof file against a checkpoint signed by ``public_key``, offline; a line saying what it proves,
+    or ``EvidenceError`` saying why it does not."""
+    from uuid import UUID
+
+    from ledger.evidence.merkle import verify_consistency, verify_inclusion
+    from ledger.evidence.tree import entry_bytes
+
+    check_signature(checkpoint, public_key)
+    root = bytes.fromhex(checkpoint.root_hash)
+    try:
+        kind = document.get("format")
+        if document.get("version") != VERSION or kind not in (INCLUSION, CONSISTENCY):
+            raise EvidenceError(f"not a proof of this format: {kind!r} version {document.get('version')!r}")
+        if kind == INCLUSION:
+            e = document["entry"]
+            if document["log_size"] != checkpoint.log_size:
+                raise EvidenceError(f"the proof is for a log of {document['log_size']} events, the checkpoint covers "
+                                    f"{checkpoint.log_size}")
+            from ledger.evidence.merkle import leaf_hash
+
+            leaf = leaf_hash(entry_bytes(UUID(e["stream_id"]), int(e["version"]), e["topic"],
+                                         base64.b64decode(e["payload"], validate=True)))
+            path = [bytes.fromhex(h) for h in document["audit_path"]]
+            if not verify_inclusion(leaf, int(document["leaf_index"]), checkpoint.log_size, path, root):
+                raise EvidenceError("the inclusion proof does not verify: this entry, as given, is not in the log "
+                                    "the checkpoint signed")
+            return (f"stream {e['stream_id']} version {e['version']} is entry {document['leaf_index']} of the log of "
+                    f"{checkpoint.log_size} events signed at {checkpoint.time}")
+        old = Checkpoint.from_json(document["old"])
+        check_signature(old, public_key)
+        if document["new_size"] != checkpoint.log_size:
+            raise EvidenceError(f"the proof reaches {document['new_size']} events, the checkpoint covers "
+                                f"{checkpoint.log_size}")
+        proof = [bytes.fromhex(h) for h in document["proof"]]
+        if not verify_consistency(old.log_size, checkpoint.log_size, proof, bytes.fromhex(old.root_hash), root):
+            raise EvidenceError(f"the consistency proof does not verify: the log of {checkpoint.log_size} events does "
+                                f"not extend the one of {old.log_size} unchanged")
+        return (f"the log of {checkpoint.log_size} events signed at {checkpoint.time} extends, unchanged, the log of "
+                f"{old.log_size} events signed at {old.time}")
+    except (KeyError, TypeError, ValueError) as e:
+        if isinstance(e, EvidenceError):
+            raise
+        raise EvidenceError(f"not a proof: {e}") from e

@@ -97,6 +97,17 @@ class StoredTree:
                           (notification_id,))
         return int(rows[0][0]) if rows else None
 
+    def notification_of(self, stream_id: UUID, version: int) -> int | None:
+        """The notification id of a stream's event at ``version`` (None: no such event)."""
+        events = self.app.recorder.events_table_name
+        if self.sql.sqlite:
+            rows = self._rows(f"SELECT rowid FROM {events} WHERE originator_id = ? AND originator_version = ?",
+                              (stream_id.hex, version))
+        else:
+            rows = self._rows(f'SELECT notification_id FROM {self.sql.prefix}"{events}" WHERE originator_id = %s '
+                              "AND originator_version = %s", (stream_id, version))
+        return int(rows[0][0]) if rows else None
+
     def leaves(self, upto: int) -> Iterator[tuple[int, int, bytes]]:
         """``(leaf index, notification id, stored leaf hash)`` of the first ``upto`` leaves, in order."""
         p, last = self.sql.p, -1
