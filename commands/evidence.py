@@ -9,6 +9,7 @@ from typing import Any
 from uuid import UUID
 
 from ledger.chain import scan
+from ledger.errors import LedgerError
 from ledger.evidence.checkpoint import (
     Checkpoint, EvidenceError, check_signature, consistency_document, create_keys, inclusion_document, key_id,
     load_private, load_public, sign, verify_proof,
@@ -130,3 +131,39 @@ def verify_proof_files(proof_path: Path, checkpoint_path: Path, public_key_path:
     except (OSError, ValueError) as e:
         raise EvidenceError(f"cannot read the proof {proof_path}: {e}") from e
     return verify_proof(document, Checkpoint.read(checkpoint_path), load_public(public_key_path))
+
+
+# -- proofs over HTTP (``GET /v1/proofs/...``): for a tree size, not a checkpoint file -------------------------
+
+def _sized_tree(app: Any, size: int) -> StoredTree:
+    """The stored tree as it is (a read never writes: the tree is extended by ``events checkpoint``)."""
+    tree = StoredTree(app)
+    have = tree.size()
+    if not 0 < size <= have:
+        raise LedgerError("invalid_request", f"size must be between 1 and the {have} events the stored tree holds "
+                                             f"(a checkpoint extends it), not {size}")
+    return tree
+
+
+def inclusion_at(app: Any, stream_id: UUID, version: int, size: int) -> dict[str, Any]:
+    """The inclusion proof of a stream's event in the log's first ``size`` events, with that tree's root."""
+    tree = _sized_tree(app, size)
+    nid = tree.notification_of(stream_id, version)
+    index = tree.leaf_index(nid) if nid is not None else None
+    if index is None or index >= size:
+        raise LedgerError("version_not_found", f"stream {stream_id} has no version {version} among the log's "
+                                               f"first {size} events")
+    (event,) = [n for n in scan(app, nid, stream_id) if n.originator_version == version]
+    document = inclusion_document(size, index, str(stream_id), version, event.topic, bytes(event.state),
+                                  inclusion_proof(tree.node, index, size))
+    return {**document, "root_hash": tree.root(size).hex()}
+
+
+def consistency_at(app: Any, old: int, new: int) -> dict[str, Any]:
+    """The consistency proof between the log's first ``old`` and first ``new`` events, with both roots."""
+    if not 0 < old <= new:
+        raise LedgerError("invalid_request", f"from must be at least 1 and at most to ({old}, {new})")
+    tree = _sized_tree(app, new)
+    return {"old_size": old, "new_size": new, "old_root_hash": tree.root(old).hex(),
+            "new_root_hash": tree.root(new).hex(),
+            "proof": [h.hex() for h in consistency_proof(tree.node, old, new)]}

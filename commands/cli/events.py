@@ -92,7 +92,7 @@ def events_verify(c: Ctx, as_json: bool, no_projections: bool, decisions: bool, 
 
 
 @events.command("checkpoint")
-@click.option("--key", "key_file", required=True, type=click.Path(dir_okay=False, exists=True), metavar="FILE",
+@click.option("--key", "key_file", required=True, type=click.Path(dir_okay=False), metavar="FILE",
               help="The Ed25519 private key to sign with (`chat-ledger keys create`).")
 @click.option("-o", "--output", "out", default="-", metavar="FILE", help="Where to write it (default: stdout).")
 @json_option("With -o FILE: print the checkpoint as JSON on standard output too (it always is JSON).")
@@ -121,9 +121,9 @@ def events_checkpoint(c: Ctx, key_file: str, out: str, as_json: bool) -> None:
 @events.command("prove")
 @click.argument("stream", required=False)
 @click.argument("version", type=click.IntRange(min=0), required=False)
-@click.option("--checkpoint", "checkpoint_file", type=click.Path(dir_okay=False, exists=True), metavar="FILE",
+@click.option("--checkpoint", "checkpoint_file", type=click.Path(dir_okay=False), metavar="FILE",
               help="The checkpoint the inclusion proof is for.")
-@click.option("--consistency", nargs=2, type=click.Path(dir_okay=False, exists=True), metavar="OLD NEW",
+@click.option("--consistency", nargs=2, type=click.Path(dir_okay=False), metavar="OLD NEW",
               help="Prove that checkpoint NEW's log extends checkpoint OLD's unchanged (instead of STREAM VERSION).")
 @click.option("-o", "--output", "out", default="-", metavar="FILE", help="Where to write it (default: stdout).")
 @json_option("With -o FILE: print the proof as JSON on standard output too (it always is JSON).")

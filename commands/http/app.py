@@ -20,7 +20,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
-from commands.http import routes, stream, ui
+from commands.http import evidence, routes, stream, ui
 from commands.http.limits import Limits, RateLimited
 from commands.http.replica import REPLICA_WAIT
 from commands.http.service import Service, as_error, error_body, status_of
@@ -251,7 +251,7 @@ def create_app(url: str, *, follow: bool = True, poll_interval: float | None = N
             svc.close()
 
     return Litestar(
-        route_handlers=[*routes.ROUTES, *stream.ROUTES, ui.router, healthz, readyz, metrics, openapi_json],
+        route_handlers=[*routes.ROUTES, *stream.ROUTES, *evidence.ROUTES, ui.router, healthz, readyz, metrics, openapi_json],
         lifespan=[lifespan],
         before_send=[security_headers],
         exception_handlers={LedgerError: _ledger_error, HTTPException: _http_error, Exception: _other_error},

@@ -78,9 +78,13 @@ class StoredTree:
             return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in c.fetchall()]
 
     def size(self) -> int:
-        """Leaves stored (the tree's size)."""
-        self.ensure()
-        return int(self._rows(f"SELECT count(*) FROM {self.sql.prefix}merkle_leaves")[0][0])
+        """Leaves stored (the tree's size; 0 before the first checkpoint made the tables). Reads only."""
+        try:
+            return int(self._rows(f"SELECT count(*) FROM {self.sql.prefix}merkle_leaves")[0][0])
+        except Exception as e:  # noqa: BLE001 - no tree yet (either database's "no such table")
+            if "merkle_leaves" in str(e) or "no such table" in str(e) or "does not exist" in str(e):
+                return 0
+            raise
 
     def node(self, level: int, index: int) -> bytes:
         rows = self._rows(f"SELECT hash FROM {self.sql.prefix}merkle_nodes WHERE level = {self.sql.p} "
@@ -166,7 +170,7 @@ class StoredTree:
                 continue
         raise RuntimeError("the Merkle tree could not be extended: other writers kept extending it")
 
-    def _state(self) -> tuple[int, int]:
+    def _state(self) -> tuple[int, int]:  # (after ``ensure``)
         rows = self._rows(f"SELECT count(*), max(notification_id) FROM {self.sql.prefix}merkle_leaves")
         return int(rows[0][0]), int(rows[0][1] or 0)
 

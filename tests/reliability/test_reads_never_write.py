@@ -45,10 +45,13 @@ READ_COMMANDS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("projections", "rollback"): ("chat_views",), ("tokens", "list"): (), ("tokens", "revoke"): (CHAT,),
     ("tokens", "rotate"): (CHAT,), ("search",): ("words",), ("usage",): (),
     ("serve",): ("--port", "0"),  # (without --create: a ledger that does not exist is refused before listening)
+    # (they write the Merkle tree beside an existing log, never a ledger: the ledger is looked for first)
+    ("events", "checkpoint"): ("--key", "/nonexistent/k.key"),
+    ("events", "prove"): (CHAT, "1", "--checkpoint", "/nonexistent/cp.json"),
 }
 READS = [(*path, *args) for path, args in READ_COMMANDS.items()] + [("status",)]
 #: commands that do not open the ledger named by --db at all
-NOT_OPENING = {("bench",), ("states",)}
+NOT_OPENING = {("bench",), ("states",), ("keys", "create"), ("proof", "verify")}
 
 
 def leaf_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
