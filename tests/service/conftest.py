@@ -36,6 +36,7 @@ class World:
     chat_a: str  # ALICE's, in ORG (the audit scenario: tool calls c1..c3, a queued prompt)
     chat_b: str  # BOB's, in ORG
     chat_c: str  # CAROL's, in ORG2
+    tree_size: int = 0  # events in the stored Merkle tree (built before the server started): proofs up to it
 
     def client(self, who: str | None, **kw: Any) -> Any:
         return self.server.client(self.secrets.get(who) if who else None, **kw)
@@ -57,5 +58,12 @@ def seed(url: str) -> tuple[str, str, str]:
 def world(db_url: str) -> Iterator[World]:
     chats = seed(db_url)
     secrets = tokens(db_url, **ROLES)
+    app = open_app(db_url)
+    try:
+        from ledger.evidence.tree import StoredTree
+
+        size = StoredTree(app).catch_up()
+    finally:
+        app.close()
     with Server(db_url) as server:
-        yield World(server, secrets, *chats)
+        yield World(server, secrets, *chats, tree_size=size)

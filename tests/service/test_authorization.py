@@ -24,6 +24,8 @@ def endpoints(w):
         reads[f"GET {label}/explain"] = ("GET", f"/v1/chats/{chat}/explain", {"turn": "latest"}, label)
         reads[f"events {label}"] = ("GET", "/v1/events", {"chat": chat}, label)
         reads[f"stream {label}"] = ("STREAM", "/v1/events/stream", {"chat": chat}, label)
+        reads[f"proof {label}"] = ("GET", "/v1/proofs/inclusion", {"stream": chat, "version": 1,
+                                                                   "size": w.tree_size}, label)
     for label, org in (("org_a", ORG), ("org_b", ORG2)):
         reads[f"list {label}"] = ("GET", "/v1/chats", {"org": org}, label)
         reads[f"models {label}"] = ("GET", f"/v1/organizations/{org}/models", None, label)
@@ -102,7 +104,7 @@ def test_the_matrix(world, db_url):
                 if want != OK:
                     assert r.status_code == 403, (role, name, r.status_code)
     assert not wrong, "\n".join(map(str, wrong))
-    assert rows == len(ROLES) * (len(reads) + len(writes)) == 6 * 30
+    assert rows == len(ROLES) * (len(reads) + len(writes)) == 6 * 32
 
     # no token, a token never issued, a revoked token: 401 with its code, on every route
     from commands.tokens import TokenIndex, revoke_token
