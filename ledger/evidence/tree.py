@@ -175,7 +175,7 @@ class StoredTree:
         return int(rows[0][0]), int(rows[0][1] or 0)
 
     def _store(self, leaves: list[tuple[int, int]], nodes: list[tuple[int, int, bytes]], size: int) -> None:
-        p, prefix = self.sql.p, self.sql.prefix
+        prefix = self.sql.prefix
         with self.datastore.transaction(commit=True) as c:
             c.execute(f"SELECT count(*) FROM {prefix}merkle_leaves")
             row = c.fetchone()
@@ -184,8 +184,17 @@ class StoredTree:
                 from eventsourcing.persistence import IntegrityError
 
                 raise IntegrityError(f"the tree grew from {size} to {now} meanwhile")
-            c.executemany(f"INSERT INTO {prefix}merkle_leaves (idx, notification_id) VALUES ({p}, {p})", leaves)
-            c.executemany(f"INSERT INTO {prefix}merkle_nodes (level, idx, hash) VALUES ({p}, {p}, {p})", nodes)
+            if self.sql.sqlite:
+                c.executemany(f"INSERT INTO {prefix}merkle_leaves (idx, notification_id) VALUES (?, ?)", leaves)
+                c.executemany(f"INSERT INTO {prefix}merkle_nodes (level, idx, hash) VALUES (?, ?, ?)", nodes)
+                return
+            # PostgreSQL: COPY (psycopg's), several times faster than row-by-row inserts for a page of leaves
+            with c.copy(f"COPY {prefix}merkle_leaves (idx, notification_id) FROM STDIN") as copy:
+                for row in leaves:
+                    copy.write_row(row)
+            with c.copy(f"COPY {prefix}merkle_nodes (level, idx, hash) FROM STDIN") as copy:
+                for row in nodes:
+                    copy.write_row(row)
 
 
 def _take(it: Iterator[Any], n: int) -> Iterator[Any]:
