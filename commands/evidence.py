@@ -102,14 +102,23 @@ def prove_inclusion(app: Any, stream_id: UUID, version: int, checkpoint_path: Pa
     """``events prove STREAM VERSION --checkpoint FILE``: that the event is in the checkpointed log."""
     checkpoint = Checkpoint.read(checkpoint_path)
     tree = _tree_at(app, checkpoint)
-    nid = tree.notification_of(stream_id, version)
-    index = tree.leaf_index(nid) if nid is not None else None
-    if index is None or index >= checkpoint.log_size:
+    document = _inclusion(tree, stream_id, version, checkpoint.log_size)
+    if document is None:
         raise EvidenceError(f"stream {stream_id} version {version} is not among the {checkpoint.log_size} events "
                             "the checkpoint covers")
-    (event,) = [n for n in scan(app, nid, stream_id) if n.originator_version == version]
-    return inclusion_document(checkpoint.log_size, index, str(stream_id), version, event.topic, bytes(event.state),
-                              inclusion_proof(tree.node, index, checkpoint.log_size))
+    return document
+
+
+def _inclusion(tree: StoredTree, stream_id: UUID, version: int, size: int) -> dict[str, Any] | None:
+    """The inclusion proof of a stream's event in the tree's first ``size`` leaves (None: it is not among them),
+    carrying the entry as stored."""
+    found = tree.stored_event(stream_id, version)
+    index = tree.leaf_index(found[0]) if found is not None else None
+    if found is None or index is None or index >= size:
+        return None
+    _, topic, state = found
+    return inclusion_document(size, index, str(stream_id), version, topic, state,
+                              inclusion_proof(tree.node, index, size))
 
 
 def prove_consistency(app: Any, old_path: Path, new_path: Path) -> dict[str, Any]:
@@ -148,14 +157,10 @@ def _sized_tree(app: Any, size: int) -> StoredTree:
 def inclusion_at(app: Any, stream_id: UUID, version: int, size: int) -> dict[str, Any]:
     """The inclusion proof of a stream's event in the log's first ``size`` events, with that tree's root."""
     tree = _sized_tree(app, size)
-    nid = tree.notification_of(stream_id, version)
-    index = tree.leaf_index(nid) if nid is not None else None
-    if index is None or index >= size:
+    document = _inclusion(tree, stream_id, version, size)
+    if document is None:
         raise LedgerError("version_not_found", f"stream {stream_id} has no version {version} among the log's "
                                                f"first {size} events")
-    (event,) = [n for n in scan(app, nid, stream_id) if n.originator_version == version]
-    document = inclusion_document(size, index, str(stream_id), version, event.topic, bytes(event.state),
-                                  inclusion_proof(tree.node, index, size))
     return {**document, "root_hash": tree.root(size).hex()}
 
 

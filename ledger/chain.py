@@ -43,8 +43,14 @@ def link(prev: bytes | None, topic: str, version: int, state: bytes) -> bytes | 
         if version > 1:
             return None
         prev = GENESIS
+    return hashlib.sha256(bytes(prev) + piece(topic, version, state)).digest()
+
+
+def piece(topic: str, version: int, state: bytes) -> bytes:
+    """An event's bytes as the chain hashes them (and the Merkle leaf, after its stream id: ``ledger.evidence``):
+    the version (8 bytes, big-endian), the topic's UTF-8 length (4 bytes, big-endian), the topic, the payload."""
     t = topic.encode("utf-8")
-    return hashlib.sha256(b"".join((bytes(prev), _HEADER.pack(version, len(t)), t, bytes(state)))).digest()
+    return b"".join((_HEADER.pack(version, len(t)), t, bytes(state)))
 
 
 @dataclass(frozen=True)

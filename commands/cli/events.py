@@ -107,15 +107,22 @@ def events_checkpoint(c: Ctx, key_file: str, out: str, as_json: bool) -> None:
         checkpoint = make_checkpoint(c.app, Path(key_file))
     except EvidenceError as e:
         raise click.ClickException(str(e)) from None
-    text = json.dumps(checkpoint.to_json(), indent=2) + "\n"
-    if out == "-":
-        click.echo(text, nl=False)
-    else:
-        Path(out).write_text(text)
-        if as_json:
-            click.echo(text, nl=False)
+    if _write_document(checkpoint.to_json(), out, as_json):
         click.echo(f"checkpoint of {checkpoint.log_size} events, root {checkpoint.root_hash[:16]}…, "
                    f"signed by key {checkpoint.key_id}: {out}", err=True)
+
+
+def _write_document(document: dict[str, Any], out: str, as_json: bool) -> bool:
+    """A JSON document (a checkpoint, a proof) to standard output (``-``) or to the file ``out`` (and to standard
+    output too with ``--json``); whether it went to a file."""
+    from pathlib import Path
+
+    text = json.dumps(document, indent=2) + "\n"
+    if out != "-":
+        Path(out).write_text(text)
+    if out == "-" or as_json:
+        click.echo(text, nl=False)
+    return out != "-"
 
 
 @events.command("prove")
@@ -147,13 +154,7 @@ def events_prove(c: Ctx, stream: str | None, version: int | None, checkpoint_fil
             document = prove_inclusion(c.app, c.stream_id(stream), version, Path(checkpoint_file))
     except EvidenceError as e:
         raise click.ClickException(str(e)) from None
-    text = json.dumps(document, indent=2) + "\n"
-    if out == "-":
-        click.echo(text, nl=False)
-        return
-    Path(out).write_text(text)
-    if as_json:
-        click.echo(text, nl=False)
+    _write_document(document, out, as_json)
 
 
 @events.command("stats")

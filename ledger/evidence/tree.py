@@ -14,23 +14,20 @@ store a leaf twice (the keys); the loser's page rolls back and it reads again.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import Any, Iterator
 from uuid import UUID
 
-from ledger.chain import scan
+from ledger.chain import piece, scan
 from ledger.evidence.merkle import Frontier, leaf_hash, root
 
 #: leaves added per transaction
 PAGE = 5000
-_ENTRY = struct.Struct(">qI")
 
 
 def entry_bytes(stream_id: UUID, version: int, topic: str, state: bytes) -> bytes:
-    """The data of a leaf: what the events table stores for the event."""
-    t = topic.encode("utf-8")
-    return stream_id.bytes + _ENTRY.pack(version, len(t)) + t + bytes(state)
+    """The data of a leaf: what the events table stores for the event (the stream id, then the chain's piece)."""
+    return stream_id.bytes + piece(topic, version, state)
 
 
 def entry_hash(n: Any) -> bytes:
@@ -101,16 +98,17 @@ class StoredTree:
                           (notification_id,))
         return int(rows[0][0]) if rows else None
 
-    def notification_of(self, stream_id: UUID, version: int) -> int | None:
-        """The notification id of a stream's event at ``version`` (None: no such event)."""
+    def stored_event(self, stream_id: UUID, version: int) -> tuple[int, str, bytes] | None:
+        """``(notification id, topic, stored payload)`` of a stream's event at ``version`` (None: no such event):
+        one row read by the events table's key."""
         events = self.app.recorder.events_table_name
         if self.sql.sqlite:
-            rows = self._rows(f"SELECT rowid FROM {events} WHERE originator_id = ? AND originator_version = ?",
-                              (stream_id.hex, version))
+            rows = self._rows(f"SELECT rowid, topic, state FROM {events} WHERE originator_id = ? "
+                              "AND originator_version = ?", (stream_id.hex, version))
         else:
-            rows = self._rows(f'SELECT notification_id FROM {self.sql.prefix}"{events}" WHERE originator_id = %s '
-                              "AND originator_version = %s", (stream_id, version))
-        return int(rows[0][0]) if rows else None
+            rows = self._rows(f'SELECT notification_id, topic, state FROM {self.sql.prefix}"{events}" '
+                              "WHERE originator_id = %s AND originator_version = %s", (stream_id, version))
+        return (int(rows[0][0]), rows[0][1], bytes(rows[0][2])) if rows else None
 
     def leaves(self, upto: int) -> Iterator[tuple[int, int, bytes]]:
         """``(leaf index, notification id, stored leaf hash)`` of the first ``upto`` leaves, in order."""
