@@ -149,17 +149,17 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder):
         assert COLUMN in self.sql_create_statements[self.create_table_statement_index].as_string()
         # The events go in as four parallel arrays (no composite type to build per row in Python), and the insert
         # checks the expected versions itself: a stream the decision read (and does not write) that has moved
-        # makes it insert nothing (``_stale``), so a save is one statement after the lock.
+        # makes it insert nothing (``insert_events`` then reads how far it moved), one statement after the lock.
         unnest = ("unnest(%s::{2}[], %s::bigint[], %s::text[], %s::bytea[]) WITH ORDINALITY"
                   " AS u(originator_id, originator_version, topic, state, ord)")
         unmoved = (" NOT EXISTS (SELECT 1 FROM unnest(%s::{2}[], %s::bigint[]) AS x(id, v)"
                    " WHERE COALESCE((SELECT max(m.originator_version) FROM {0}.{1} m WHERE m.originator_id = x.id),"
                    " 0) <> x.v)")
-        self.library_insert_statement = SQL(
+        self.library_insert_statement = SQL(  # (rendered once, as the hashed one: psycopg caches a str's parse)
             "INSERT INTO {0}.{1} (originator_id, originator_version, topic, state)"
             " SELECT u.originator_id, u.originator_version, u.topic, u.state FROM " + unnest
             + " WHERE" + unmoved + " ORDER BY u.ord RETURNING notification_id"
-        ).format(schema, table, id_type)
+        ).format(schema, table, id_type).as_string(None)
         self.hashed_insert_statement = SQL(
             "WITH RECURSIVE e AS (SELECT u.originator_id, u.originator_version, u.topic, u.state, u.ord FROM "
             + unnest + "), c AS ("
@@ -178,7 +178,6 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder):
             " SELECT originator_id, originator_version, topic, state, h FROM c WHERE" + unmoved
             + " ORDER BY ord RETURNING notification_id"
         ).format(schema, table, id_type, Identifier(COLUMN)).as_string(None)  # rendered once (psycopg caches str)
-        self.library_insert_statement = self.library_insert_statement.as_string(None)
         # the statements before the insert, rendered once: the bounds, the notification (sent at commit), the lock
         self.prelude_statement = ("SELECT set_config('statement_timeout', %s, true), "
                                   "set_config('lock_timeout', %s, true), pg_notify(%s, '')")

@@ -23,7 +23,7 @@ from eventsourcing.tests.persistence import (
     ProcessRecorderTestCase,
 )
 
-from ledger.chain import check_stream
+from ledger.chain import check_stream, scan
 from ledger.recorders.sqlite import SQLiteLedgerProcessRecorder, SQLiteLedgerRecorder
 from ledger.store import ChatLedgerApp, open_app
 from tests.conftest import PG_URL, _with_schema, drop_schema, require_pg
@@ -76,25 +76,8 @@ class _OnLedger(TestCase):
 
 
 def _hashed_rows(app: ChatLedgerApp) -> list[Any]:
-    """Every stored row with its chain hash, read with SQL (the test must see what the table holds)."""
-    from ledger.chain import HashedNotification
-
-    recorder = app.recorder
-    table = recorder.events_table_name
-    if isinstance(recorder, SQLiteLedgerRecorder):
-        with recorder.datastore.transaction(commit=False) as c:
-            c.execute(f"SELECT rowid, originator_id, originator_version, topic, state, chain_hash FROM {table}")
-            rows = c.fetchall()
-    else:
-        from psycopg import sql
-
-        statement = sql.SQL("SELECT notification_id, originator_id, originator_version, topic, state, chain_hash "
-                            "FROM {}").format(sql.Identifier(recorder.datastore.schema, table))
-        with recorder.datastore.transaction(commit=False) as c:
-            c.execute(statement)
-            rows = [tuple(r.values()) for r in c.fetchall()]
-    return [HashedNotification(id=r[0], originator_id=r[1], originator_version=r[2], topic=r[3],
-                               state=bytes(r[4]), chain_hash=None if r[5] is None else bytes(r[5])) for r in rows]
+    """Every stored row with its chain hash (``ledger.chain.scan``: what the table holds)."""
+    return list(scan(app, app.head() or 0))
 
 
 class _Application(_OnLedger, ApplicationRecorderTestCase):
@@ -175,7 +158,7 @@ def test_the_librarys_own_recorders_on_the_ledgers_table_are_refused_or_named(ba
         if backend == "sqlite":
             with pytest.raises(Exception, match="5 columns but 4 values"):
                 library.insert_events([StoredEvent(stream, 2, "t", b"two")])
-            rows = [r for r in _hashed_rows(app) if r.originator_id == stream.hex]
+            rows = [r for r in _hashed_rows(app) if r.originator_id == stream]
             assert [r.originator_version for r in rows] == [1]
         else:
             library.insert_events([StoredEvent(stream, 2, "t", b"two")])
