@@ -8,23 +8,119 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+from commands.uow import UnitOfWork, run
+from ledger.base import Emitter
 from ledger.chain import scan
 from ledger.errors import LedgerError
+from ledger.evidence import published
 from ledger.evidence.checkpoint import (
-    Checkpoint, EvidenceError, check_signature, consistency_document, create_keys, inclusion_document, key_id,
-    load_private, load_public, sign, verify_proof,
+    Checkpoint, EvidenceError, check_cosignature, check_signature, consistency_document, create_keys,
+    inclusion_document, key_id, load_private, load_public, sign, verify_proof,
 )
+from ledger.evidence.published import CHECKPOINTS_ID, CheckpointLog
 from ledger.evidence.merkle import Frontier, consistency_proof, inclusion_proof
 from ledger.evidence.tree import StoredTree, entry_hash
+from ledger.streams import locate
+
+
+def utc_now() -> str:
+    """Now, as checkpoints and cosignatures write it (RFC 3339, UTC, seconds, ``Z``)."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def make_checkpoint(app: Any, key_path: Path) -> Checkpoint:
     """Extend the stored tree to the log's head and sign its size and root now."""
-    key = load_private(key_path)
+    return _signed_now(app, load_private(key_path))
+
+
+def _signed_now(app: Any, key: Any) -> Checkpoint:
     tree = StoredTree(app)
     size = tree.catch_up()
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-    return sign(key, size, tree.root(size), now)
+    return sign(key, size, tree.root(size), utc_now())
+
+
+# -- the checkpoints the service publishes (``serve --checkpoint-key``), recorded in the log ----------------------
+
+def publish_checkpoint(app: Any, key: Any) -> Checkpoint | None:
+    """Sign the log as it is now and record the checkpoint as an event of the log (``CheckpointPublished``);
+    None when the log holds nothing new since the last one (``ledger.evidence.published.publish``)."""
+    checkpoint = _signed_now(app, key)
+    fields = {k: v for k, v in checkpoint.to_json().items() if k not in ("format", "version")}
+
+    def work(uow: UnitOfWork) -> bool:
+        stream_id, agg = locate(app, CheckpointLog, CHECKPOINTS_ID, uow.get_cached)
+        em = Emitter(stream_id, agg.version if agg is not None else 0, uow.now)
+        events = published.publish(agg.state if agg is not None else None, em, **fields)
+        if events:
+            uow.create(CheckpointLog, events) if agg is None else uow.record(agg, events)
+        return bool(events)
+
+    return checkpoint if run(app, work) else None
+
+
+def _document(p: Any, cosignatures: list[Any]) -> dict[str, Any]:
+    """A published checkpoint as served: the checkpoint file's object (docs/evidence.md) and its cosignatures."""
+    document = Checkpoint(p.log_size, p.root_hash, p.time, p.key_id, p.signature).to_json()
+    return {**document, "cosignatures": [{"witness_key_id": c.witness_key_id, "time": c.time,
+                                          "signature": c.signature} for c in cosignatures]}
+
+
+def latest_checkpoint(app: Any) -> dict[str, Any]:
+    """``GET /v1/checkpoints/latest``: the latest published checkpoint with its witnesses' cosignatures."""
+    _, agg = locate(app, CheckpointLog, CHECKPOINTS_ID, lambda i: app.load_cached(i, copy=False))
+    if agg is None or agg.state.latest is None:
+        raise LedgerError("checkpoint_not_found", "no checkpoint was published yet (serve --checkpoint-key)")
+    return _document(agg.state.latest, agg.state.cosignatures)
+
+
+def checkpoint_of_size(app: Any, size: int) -> dict[str, Any]:
+    """``GET /v1/checkpoints/{size}``: the published checkpoint of ``size`` events, found by bisecting the
+    stream's versions (its log sizes never decrease: ``ledger.evidence.published``), with its cosignatures."""
+    stream_id, agg = locate(app, CheckpointLog, CHECKPOINTS_ID, lambda i: app.load_cached(i, copy=False))
+    if agg is not None:
+        at = lambda v: app.stream(stream_id, gt=v - 1, lte=v)[0]  # noqa: E731 - one event by version
+        lo, hi = 2, agg.version  # version 1 starts the stream
+        while lo < hi:  # the first version whose log size is at least ``size``
+            mid = (lo + hi) // 2
+            if at(mid).log_size < size:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo <= agg.version and isinstance(found := at(lo), published.CheckpointPublished) \
+                and found.log_size == size:
+            following = app.stream(stream_id, gt=lo, lte=min(agg.version, lo + 1000))
+            cosigned = [e for e in following if isinstance(e, published.CheckpointCosigned) and e.log_size == size]
+            return _document(found, cosigned)
+    raise LedgerError("checkpoint_not_found", f"no checkpoint of {size} events was published")
+
+
+def record_cosignature(app: Any, log_size: int, cosignature: dict[str, Any], witness_keys: list[Any]) -> bool:
+    """``POST /v1/checkpoints/{size}/cosignatures``: a witness's cosignature of the latest checkpoint, checked
+    against the witness keys the service trusts (``serve --witness-key``); True when recorded, False when that
+    witness had cosigned it already."""
+    document = checkpoint_of_size(app, log_size)
+    checkpoint = Checkpoint.from_json(document)
+    trusted = {key_id(k): k for k in witness_keys}
+    witness = str(cosignature.get("witness_key_id", ""))
+    if witness not in trusted:
+        raise LedgerError("witness_unknown", f"the key {witness!r} is not a witness this service trusts "
+                                             "(serve --witness-key)")
+    try:
+        check_cosignature(checkpoint, cosignature, trusted[witness])
+    except EvidenceError as e:
+        raise LedgerError("invalid_request", str(e)) from e
+
+    def work(uow: UnitOfWork) -> bool:
+        stream_id, agg = locate(app, CheckpointLog, CHECKPOINTS_ID, uow.get_cached)
+        em = Emitter(stream_id, agg.version if agg is not None else 0, uow.now)
+        events = published.cosign(agg.state if agg is not None else None, em, log_size=log_size,
+                                  root_hash=checkpoint.root_hash, witness_key_id=witness,
+                                  time=str(cosignature["time"]), signature=str(cosignature["signature"]))
+        if events:
+            uow.record(agg, events)
+        return bool(events)
+
+    return run(app, work)
 
 
 def check_checkpoint(app: Any, checkpoint: Checkpoint, public_key: Any) -> list[dict[str, Any]]:

@@ -5,5 +5,6 @@ import ledger.access.aggregate  # noqa: F401
 import ledger.catalog.aggregate  # noqa: F401
 import ledger.chat.aggregate  # noqa: F401
 import ledger.conversation.aggregate  # noqa: F401
+import ledger.evidence.published  # noqa: F401
 import ledger.toolcalls.aggregate  # noqa: F401
 import ledger.imports  # noqa: F401

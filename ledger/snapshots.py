@@ -65,6 +65,7 @@ from ledger.chat.aggregate import Chat
 from ledger.chat.index import MessageIndex, fits
 from ledger.chat.messageinfo import MessageInfo
 from ledger.chat.state import ChatState
+from ledger.evidence.published import CheckpointLog, LogState
 
 
 class StateSnapshot(DomainEvent):
@@ -334,10 +335,23 @@ class ChunkLoader:
         return out
 
 
+class CheckpointLogSnapshot(StateSnapshot):
+    """The published checkpoints' stream (a checkpoint a minute is half a million events a year): its state is
+    the latest checkpoint and its cosignatures, one small row."""
+
+    TOPIC: ClassVar[str] = "chat-ledger:evidence.CheckpointLogSnapshot"
+    class_version: ClassVar[int] = 1
+    AGGREGATE = CheckpointLog
+    STATE = LogState
+    FOLD_MODULES = ("ledger.evidence.published", "ledger.base")
+
+    state: LogState
+
+
 #: aggregate class -> its snapshot class
-SNAPSHOTS: dict[type, type[StateSnapshot]] = {Chat: ChatSnapshot}
+SNAPSHOTS: dict[type, type[StateSnapshot]] = {Chat: ChatSnapshot, CheckpointLog: CheckpointLogSnapshot}
 #: aggregate class -> snapshot every this many events (``ChatLedgerApp.snapshotting_intervals``)
-INTERVALS: dict[type, int] = {Chat: 500}
+INTERVALS: dict[type, int] = {Chat: 500, CheckpointLog: 500}
 
 
 def crossed(interval: int, first_version: int, last_version: int) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import socket
+from pathlib import Path
 from typing import Any
 
 import click
@@ -125,6 +126,18 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _checkpointing(key: Path | None, every: float, witness_keys: tuple[Path, ...]) -> Any:
+    """The keys of ``serve``'s checkpoints, read before listening (a bad key file is a usage error)."""
+    from commands.http.service import Checkpointing
+    from ledger.evidence.checkpoint import EvidenceError, load_private, load_public
+
+    try:
+        return Checkpointing(key=load_private(key) if key is not None else None, every=every,
+                             witness_keys=tuple(load_public(k) for k in witness_keys))
+    except EvidenceError as e:
+        raise click.UsageError(str(e)) from None
+
+
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port to listen on.")
@@ -146,11 +159,19 @@ def listening_socket(host: str, port: int) -> socket.socket:
                    "from (commands go to --db; a token reads its own writes: docs/operations.md).")
 @click.option("--replica-wait", type=click.FloatRange(0), default=1.0, show_default=True,
               help="Seconds a read waits for the standby to replay what its token wrote; then the primary answers.")
+@click.option("--checkpoint-key", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Publish checkpoints signed with this Ed25519 private key (keys create): GET "
+                   "/v1/checkpoints/latest, each recorded as an event of the log (docs/evidence.md).")
+@click.option("--checkpoint-every", type=click.FloatRange(0.05), default=60.0, show_default=True, metavar="SECONDS",
+              help="Seconds between the checkpoints --checkpoint-key publishes (none while the log is idle).")
+@click.option("--witness-key", "witness_keys", type=click.Path(dir_okay=False, path_type=Path), multiple=True,
+              metavar="FILE", help="The public key of a witness whose cosignatures the service records (repeat it).")
 @json_option("Announce the address as one JSON object on standard output ({serving, db, openapi, ui}).")
 @pass_ctx
 def serve(c: Ctx, host: str, port: int, follow: bool, streams_per_token: int, write_rate: float,
           write_burst: float, max_body_bytes: int, header_timeout: float, create: bool, replica_url: str | None,
-          replica_wait: float, as_json: bool) -> None:
+          replica_wait: float, checkpoint_key: Path | None, checkpoint_every: float, witness_keys: tuple[Path, ...],
+          as_json: bool) -> None:
     """Serve the ledger over HTTP (docs/server.md): commands, views, history, the event log and its live
     stream, web pages at /ui/. Every request needs an API token (`chat-ledger tokens create`)."""
     import uvicorn
@@ -166,8 +187,9 @@ def serve(c: Ctx, host: str, port: int, follow: bool, streams_per_token: int, wr
         from commands.api import Ledger
 
         Ledger.open_replica(replica_url).close()  # a bad standby URL fails here, before listening, as --db does
+    checkpoints = _checkpointing(checkpoint_key, checkpoint_every, witness_keys)
     app = create_app(c.url, follow=follow, limits=limits, max_body_bytes=max_body_bytes, replica_url=replica_url,
-                     replica_wait=replica_wait)
+                     replica_wait=replica_wait, checkpoints=checkpoints)
     sock = listening_socket(host, port)
     bound = sock.getsockname()[1]
     base = f"http://{host if ':' not in host else f'[{host}]'}:{bound}"

@@ -1,4 +1,5 @@
-"""``chat-ledger keys create`` and ``chat-ledger proof verify`` (``commands.evidence``): the checkpoints' signing keys, as files."""
+"""``chat-ledger keys create``, ``chat-ledger proof verify`` (``commands.evidence``): the checkpoints' signing keys, as
+files; ``chat-ledger witness`` (``commands.witness``): an independent witness of a service's checkpoints."""
 
 from __future__ import annotations
 
@@ -64,3 +65,46 @@ def proof_verify(proof_file: str, checkpoint_file: str, public_key: str, as_json
         emit_json({"ok": True, "proves": proves})
     else:
         click.echo(f"OK: {proves}")
+
+
+@click.command()
+@click.option("--log", "logs", required=True, multiple=True, metavar="URL",
+              help="A ledger service to witness (repeat it for several servers of one ledger: one view of it).")
+@click.option("--public-key", required=True, type=click.Path(dir_okay=False, exists=True), metavar="FILE",
+              help="The log's public key: its checkpoints must be signed with it.")
+@click.option("--key", required=True, type=click.Path(dir_okay=False, exists=True), metavar="FILE",
+              help="The witness's own private key (keys create), which cosigns.")
+@click.option("--token", envvar="CHAT_LEDGER_TOKEN", required=True, metavar="SECRET",
+              help="An API token of the service (any role; env CHAT_LEDGER_TOKEN).")
+@click.option("--state", "state_file", default="witness-state.json", show_default=True,
+              type=click.Path(dir_okay=False), metavar="FILE",
+              help="Where the witness remembers the latest checkpoint it saw (and a split view, once found).")
+@click.option("--every", type=click.FloatRange(0.05), default=60.0, show_default=True, metavar="SECONDS",
+              help="Seconds between polls.")
+@click.option("--once", is_flag=True, help="Poll once and exit.")
+def witness(logs: tuple[str, ...], public_key: str, key: str, token: str, state_file: str, every: float,
+            once: bool) -> None:
+    """Witness a ledger service's checkpoints: check each is signed by the log and extends the last one seen
+    (a consistency proof), cosign it (the service's GET /v1/checkpoints/latest then carries the cosignature).
+    Prints one JSON line per log and poll. A split view — two checkpoints of one size with different roots, or
+    one that does not extend the last — is refused for good: exit 2."""
+    import sys
+    import time
+
+    from commands.evidence import EvidenceError, load_private, load_public
+    from commands.witness import Witness
+
+    try:
+        w = Witness(list(logs), load_public(Path(public_key)), load_private(Path(key)), token, Path(state_file))
+    except EvidenceError as e:
+        raise click.ClickException(str(e)) from None
+    while True:
+        reports = w.poll()
+        for report in reports:
+            emit_json(report)
+        sys.stdout.flush()
+        if any(r.get("split_view") for r in reports):
+            sys.exit(2)
+        if once:
+            return
+        time.sleep(every)

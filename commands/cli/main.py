@@ -45,6 +45,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "tokens": ("access", "tokens", 'API tokens of the ledger service: issue (shown once), list, rotate, revoke.'),
     "usage": ("views", "usage_cmd", 'What the chats\' messages cost, as the worker reported it (the usage view): each chat\'s tokens, cost and run time, most expensive first, and their total.'),
     "unresolved": ("views", "unresolved", "Unresolved tool calls of each chat's latest assistant message (the unresolved_tool_calls view), in the order the message lists them."),
+    "witness": ("evidence", "witness", "Witness a ledger service's checkpoints: check each is signed by the log and extends the last one seen (a consistency proof), cosign it (the service's GET /v1/checkpoints/latest then carries the cosignature)."),
 }
 
 #: options of ``main`` that may also be given after the subcommand (``chat-ledger status --db URL``):

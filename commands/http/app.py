@@ -23,7 +23,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 from commands.http import evidence, routes, stream, ui
 from commands.http.limits import Limits, RateLimited
 from commands.http.replica import REPLICA_WAIT
-from commands.http.service import Service, as_error, error_body, status_of
+from commands.http.service import Checkpointing, Service, as_error, error_body, status_of
 from commands.metrics import COUNTERS
 from commands.metrics import render as render_metrics
 from ledger.errors import LedgerError
@@ -233,16 +233,18 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 
 def create_app(url: str, *, follow: bool = True, poll_interval: float | None = None,
                limits: Limits | None = None, max_body_bytes: int = MAX_BODY_BYTES,
-               replica_url: str | None = None, replica_wait: float = REPLICA_WAIT) -> Litestar:
+               replica_url: str | None = None, replica_wait: float = REPLICA_WAIT,
+               checkpoints: Checkpointing | None = None) -> Litestar:
     """The service for the ledger at ``url`` (opened, and created if missing, when the app starts): per-token
     ``limits`` (``commands.http.limits``), bodies of at most ``max_body_bytes``; reads from the hot standby at
-    ``replica_url`` when given (``commands.http.replica``)."""
+    ``replica_url`` when given (``commands.http.replica``); publishes signed checkpoints when ``checkpoints`` has a key
+    (``commands.http.service.Checkpointing``)."""
     svc_box: dict[str, Service] = {}
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         svc = Service(url, follow=follow, poll_interval=poll_interval, limits=limits, replica_url=replica_url,
-                      replica_wait=replica_wait)
+                      replica_wait=replica_wait, checkpoints=checkpoints)
         app.state.service = svc_box["svc"] = svc
         svc.start()
         try:

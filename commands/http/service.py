@@ -41,7 +41,7 @@ STATUS = {
     **{code: status for code, (status, _) in REFUSALS.items()},
     "invalid_command": 400, "invalid_request": 400, "version_not_found": 404,
     "projection_busy": 503, "database_unavailable": 503, "outcome_unknown": 503, "replication_unconfirmed": 503,
-    "database_error": 500,
+    "database_error": 500, "witness_unknown": 403,
     "internal_error": 500, "projection_error": 500, "undecodable_event": 500, "request_too_large": 413,
 }
 
@@ -65,10 +65,20 @@ def error_body(e: LedgerError) -> ErrorBody:
     return ErrorBody(ErrorDetail(e.code, e.message))
 
 
+class Checkpointing(msgspec.Struct, frozen=True):
+    """``serve --checkpoint-key FILE --checkpoint-every SECONDS --witness-key FILE...``: the private key the
+    service signs its checkpoints with (None: it publishes none), how often, and the public keys of the
+    witnesses whose cosignatures it records."""
+
+    key: Any = None
+    every: float = 60.0
+    witness_keys: tuple[Any, ...] = ()
+
+
 class Service:
     def __init__(self, url: str, *, follow: bool = True, poll_interval: float | None = None,
                  limits: Limits | None = None, replica_url: str | None = None,
-                 replica_wait: float = REPLICA_WAIT) -> None:
+                 replica_wait: float = REPLICA_WAIT, checkpoints: Checkpointing | None = None) -> None:
         from ledger.store import DatabaseURL
 
         self.url = url
@@ -97,6 +107,8 @@ class Service:
         self._using: set[UUID] = set()
         self._using_lock = threading.Lock()
         self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="token-use")
+        #: the service's own checkpoints and the witnesses it takes cosignatures from (``serve --checkpoint-key``)
+        self.checkpoints = checkpoints or Checkpointing()
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -111,6 +123,24 @@ class Service:
             t = threading.Thread(target=self._follow, name="views-follower", daemon=True)
             t.start()
             self._threads.append(t)
+        if self.checkpoints.key is not None:
+            t = threading.Thread(target=self._checkpoint, name="checkpoints", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _checkpoint(self) -> None:
+        """Publish a checkpoint now and every ``checkpoints.every`` seconds (``commands.evidence``): several
+        servers of one ledger publish each size once, and an idle ledger nothing new."""
+        from commands.evidence import publish_checkpoint
+
+        while True:
+            try:
+                if publish_checkpoint(self.app, self.checkpoints.key) is not None:
+                    COUNTERS.add("chat_ledger_checkpoints_published_total")
+            except Exception as e:  # the next period tries again; readers keep the last one published
+                log.warning("publishing a checkpoint: %s", as_error(e, self.where).message)
+            if self._stop.wait(self.checkpoints.every):
+                return
 
     def _follow(self) -> None:
         try:

@@ -149,6 +149,39 @@ def check_signature(checkpoint: Checkpoint, public_key: Any) -> None:
         raise EvidenceError("the checkpoint's signature does not verify: it was changed after it was signed") from e
 
 
+# -- witnesses (issue 27, point 5): a cosignature of a checkpoint --------------------------------------------
+
+COSIGNATURE_HEADER = f"chat-ledger-cosignature/v{VERSION}"
+
+
+def cosignature_text(checkpoint: Checkpoint, time: str) -> bytes:
+    """What a witness signs: ``chat-ledger-cosignature/v1``, the time it checked the checkpoint (RFC 3339, UTC),
+    then the checkpoint's own signed text (five lines) — each line ended by a newline."""
+    return f"{COSIGNATURE_HEADER}\n{time}\n".encode("ascii") + checkpoint.signed_text()
+
+
+def cosign_checkpoint(private_key: Any, checkpoint: Checkpoint, time: str) -> dict[str, str]:
+    """The witness's cosignature of ``checkpoint``: ``{witness_key_id, time, signature}`` (base64)."""
+    signature = private_key.sign(cosignature_text(checkpoint, time))
+    return {"witness_key_id": key_id(private_key.public_key()), "time": time,
+            "signature": base64.b64encode(signature).decode("ascii")}
+
+
+def check_cosignature(checkpoint: Checkpoint, cosignature: Any, public_key: Any) -> None:
+    """Raise ``EvidenceError`` unless ``cosignature`` is ``public_key``'s signature of ``checkpoint``."""
+    from cryptography.exceptions import InvalidSignature
+
+    try:
+        witness, time, signature = (str(cosignature[k]) for k in ("witness_key_id", "time", "signature"))
+        if witness != key_id(public_key):
+            raise EvidenceError(f"the cosignature is by key {witness}, not by this witness key ({key_id(public_key)})")
+        public_key.verify(base64.b64decode(signature, validate=True), cosignature_text(checkpoint, time))
+    except (InvalidSignature, ValueError, KeyError, TypeError) as e:
+        if isinstance(e, EvidenceError):
+            raise
+        raise EvidenceError(f"the cosignature does not verify against this witness key: {e or 'bad signature'}") from e
+
+
 # -- proofs (issue 27, point 4): JSON files checked offline against checkpoints ----------------------------------
 
 INCLUSION, CONSISTENCY = "chat-ledger-inclusion-proof", "chat-ledger-consistency-proof"

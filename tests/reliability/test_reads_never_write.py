@@ -51,7 +51,7 @@ READ_COMMANDS: dict[tuple[str, ...], tuple[str, ...]] = {
 }
 READS = [(*path, *args) for path, args in READ_COMMANDS.items()] + [("status",)]
 #: commands that do not open the ledger named by --db at all
-NOT_OPENING = {("bench",), ("states",), ("keys", "create"), ("proof", "verify")}
+NOT_OPENING = {("bench",), ("states",), ("keys", "create"), ("proof", "verify"), ("witness",)}  # (no database)
 
 
 def leaf_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

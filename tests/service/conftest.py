@@ -36,7 +36,7 @@ class World:
     chat_a: str  # ALICE's, in ORG (the audit scenario: tool calls c1..c3, a queued prompt)
     chat_b: str  # BOB's, in ORG
     chat_c: str  # CAROL's, in ORG2
-    tree_size: int = 0  # events in the stored Merkle tree (built before the server started): proofs up to it
+    tree_size: int = 0  # events in the stored Merkle tree and its published checkpoint (before the server started)
 
     def client(self, who: str | None, **kw: Any) -> Any:
         return self.server.client(self.secrets.get(who) if who else None, **kw)
@@ -60,9 +60,14 @@ def world(db_url: str) -> Iterator[World]:
     secrets = tokens(db_url, **ROLES)
     app = open_app(db_url)
     try:
-        from ledger.evidence.tree import StoredTree
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-        size = StoredTree(app).catch_up()
+        from commands.evidence import publish_checkpoint
+
+        # a published checkpoint (as serve --checkpoint-key records one), which builds the tree first
+        checkpoint = publish_checkpoint(app, Ed25519PrivateKey.generate())
+        assert checkpoint is not None
+        size = checkpoint.log_size
     finally:
         app.close()
     with Server(db_url) as server:

@@ -31,6 +31,10 @@ def endpoints(w):
         reads[f"models {label}"] = ("GET", f"/v1/organizations/{org}/models", None, label)
         reads[f"events {label}"] = ("GET", "/v1/events", {"org": org}, label)
         reads[f"stream {label}"] = ("STREAM", "/v1/events/stream", {"org": org}, label)
+    # the log's checkpoints and consistency proofs: every token's (they say how big the log is, nothing in it)
+    reads["checkpoint latest"] = ("GET", "/v1/checkpoints/latest", None, "any")
+    reads["checkpoint by size"] = ("GET", f"/v1/checkpoints/{w.tree_size}", None, "any")
+    reads["consistency proof"] = ("GET", "/v1/proofs/consistency", {"from": 1, "to": w.tree_size}, "any")
     writes = {
         "write chat_a": ("POST", {"type": "set_title", "chat_id": a, "title": "t"}, "chat_a"),
         "write chat_c": ("POST", {"type": "set_title", "chat_id": c, "title": "t"}, "chat_c"),
@@ -48,6 +52,8 @@ def expected(role: str, action: str, target: str, w) -> str:
     """The issue's rules for the world of ``tests/service/conftest``: chat_a is ALICE's in org A, chat_b BOB's
     in A, chat_c CAROL's in B."""
     spec = ROLES[role]
+    if target == "any":
+        return OK
     if target == "deployment":
         return OK if spec.get("deployment_admin") else "deployment_admin_required"
     org = {"chat_a": ORG, "chat_c": ORG2, "org_a": ORG, "org_b": ORG2}[target]
@@ -104,7 +110,7 @@ def test_the_matrix(world, db_url):
                 if want != OK:
                     assert r.status_code == 403, (role, name, r.status_code)
     assert not wrong, "\n".join(map(str, wrong))
-    assert rows == len(ROLES) * (len(reads) + len(writes)) == 6 * 32
+    assert rows == len(ROLES) * (len(reads) + len(writes)) == 6 * 35
 
     # no token, a token never issued, a revoked token: 401 with its code, on every route
     from commands.tokens import TokenIndex, revoke_token
@@ -144,5 +150,6 @@ def test_reads_show_only_what_the_token_may_read(world):
     with world.client("deployer") as c:  # no organization: the deployment's streams and tokens only
         events = c.get("/v1/events", params={"limit": 1000}).json()["events"]
         assert events and {e["type"] for e in events} <= {"TokenIssued", "TokenRevoked", "TokenUsed", "DeploymentStarted",
-                                                          "DeploymentSettingsChanged"}
+                                                          "DeploymentSettingsChanged", "CheckpointLogStarted",
+                                                          "CheckpointPublished", "CheckpointCosigned"}
         assert c.get("/v1/chats").json()["error"]["code"] == "not_in_organization"
