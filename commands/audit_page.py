@@ -11,8 +11,10 @@ from uuid import UUID
 from ledger.audit.render import Link, render_page, static_link
 
 
-def page_data(app: Any, stream_id: UUID, events: list[Any], upto: int | None, data: dict[str, Any]) -> dict[str, Any]:
-    """The plain data of the page for ``timeline(events, upto)`` output ``data``."""
+def page_data(app: Any, stream_id: UUID, events: list[Any], upto: int | None, data: dict[str, Any],
+              evidence: dict[str, Any] | None | bool = True) -> dict[str, Any]:
+    """The plain data of the page for ``timeline(events, upto)`` output ``data``, with ``evidence``: the
+    checkpoint the page shows (``commands.evidence.chat_evidence``; True: the latest published, None: none)."""
     from ledger.audit.page import chat_page, stream_page
 
     if data["aggregate"] != "chat":
@@ -20,13 +22,20 @@ def page_data(app: Any, stream_id: UUID, events: list[Any], upto: int | None, da
     from commands.explain import step_settings
 
     shown = [e for e in events if upto is None or e.originator_version <= upto]
-    return chat_page(data, shown, step_settings(app, stream_id, shown), executions=_executions(app, shown),
+    page = chat_page(data, shown, step_settings(app, stream_id, shown), executions=_executions(app, shown),
                      model_names=_model_names(app, shown[0].organization_id))
+    if evidence is True:
+        from commands.evidence import chat_evidence
+
+        evidence = chat_evidence(app, stream_id, shown[-1].originator_version)
+    return {**page, "evidence": evidence or None}
 
 
 def audit_page(app: Any, stream_id: UUID, events: list[Any], upto: int | None, data: dict[str, Any],
-               link: Link = static_link) -> str:
-    return render_page(page_data(app, stream_id, events, upto, data), link)
+               link: Link = static_link, evidence: dict[str, Any] | None | bool = True,
+               proof_link: Any = None) -> str:
+    """The page; ``proof_link(version)``: where the page links each covered event's inclusion proof."""
+    return render_page(page_data(app, stream_id, events, upto, data, evidence), link, proof_link=proof_link)
 
 
 def _executions(app: Any, events: list[Any]) -> dict[str, dict[str, Any]]:

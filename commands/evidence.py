@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 from uuid import UUID
 
 from commands.uow import UnitOfWork, run
@@ -268,3 +268,129 @@ def consistency_at(app: Any, old: int, new: int) -> dict[str, Any]:
     return {"old_size": old, "new_size": new, "old_root_hash": tree.root(old).hex(),
             "new_root_hash": tree.root(new).hex(),
             "proof": [h.hex() for h in consistency_proof(tree.node, old, new)]}
+
+
+# -- a chat's evidence: the audit page's checkpoint and proofs, the bundle (issue 27, point 6) --------------------
+
+def covered_versions(tree: StoredTree, stream_id: UUID, last_version: int, size: int) -> int:
+    """How many of a stream's first versions are among the log's first ``size`` entries (a stream's events are
+    in the log in version order, so it is a prefix: found by bisection, O(log n) keyed reads)."""
+    def covered(version: int) -> bool:
+        found = tree.stored_event(stream_id, version)
+        index = tree.leaf_index(found[0]) if found is not None else None
+        return index is not None and index < size
+
+    lo, hi = 0, last_version  # the answer is in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if covered(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def chat_evidence(app: Any, stream_id: UUID, last_version: int) -> dict[str, Any] | None:
+    """The latest published checkpoint and how many of the stream's versions it covers (None when no checkpoint
+    was published, or it covers none of them): what the audit page shows."""
+    try:
+        checkpoint = latest_checkpoint(app)
+    except LedgerError:
+        return None
+    tree = StoredTree(app)
+    if tree.size() < checkpoint["log_size"]:
+        return None
+    covered = covered_versions(tree, stream_id, last_version, checkpoint["log_size"])
+    return {**checkpoint, "covered": covered} if covered else None
+
+
+BUNDLE_FORMAT = "chat-ledger-evidence-bundle"
+
+
+def write_bundle(app: Any, stream_id: UUID, last: int, directory: Path, checkpoint: Checkpoint,
+                 page: Callable[[int, dict[str, Any]], str]) -> dict[str, Any]:
+    """``audit CHAT --bundle DIR``: the stream's events the checkpoint covers (``events.jsonl``: each as stored),
+    an inclusion proof of each (``proofs/v<N>.json``), the checkpoint (``checkpoint.json``) and the audit page of
+    the stream at that version with links to the proofs (``page.html``: ``page(version, evidence)``); ``last``: the
+    stream's last version. ``proof verify --bundle`` checks the lot offline."""
+    import json
+
+    tree = _tree_at(app, checkpoint)
+    covered = covered_versions(tree, stream_id, last, checkpoint.log_size)
+    if covered == 0:
+        raise EvidenceError(f"the checkpoint of {checkpoint.log_size} events covers no event of {stream_id}")
+    (directory / "proofs").mkdir(parents=True, exist_ok=True)
+    lines = []
+    for version in range(1, covered + 1):
+        document = _inclusion(tree, stream_id, version, checkpoint.log_size)
+        assert document is not None  # (covered)
+        (directory / "proofs" / f"v{version}.json").write_text(json.dumps(document, indent=1) + "\n")
+        lines.append(json.dumps({"leaf_index": document["leaf_index"], **document["entry"]}))
+    (directory / "events.jsonl").write_text("\n".join(lines) + "\n")
+    (directory / "checkpoint.json").write_text(json.dumps(checkpoint.to_json(), indent=1) + "\n")
+    (directory / "page.html").write_text(page(covered, {**checkpoint.to_json(), "cosignatures": [],
+                                                        "covered": covered}))
+    manifest = {"format": BUNDLE_FORMAT, "version": 1, "stream_id": str(stream_id), "versions": covered,
+                "log_size": checkpoint.log_size, "events_after": last - covered}
+    (directory / "bundle.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def verify_bundle(directory: Path, public_key_path: Path) -> str:
+    """``proof verify --bundle DIR --public-key FILE``, offline: the checkpoint is signed by the key; every event
+    of ``events.jsonl`` is, as given, an entry of the log it signed (its proof verifies); they are the stream's
+    versions 1..N, each once, in the log's order. A line saying so, or ``EvidenceError`` naming what fails."""
+    import json
+
+    public_key = load_public(public_key_path)
+    checkpoint = Checkpoint.read(directory / "checkpoint.json")
+    check_signature(checkpoint, public_key)
+    try:
+        entries = [json.loads(line) for line in (directory / "events.jsonl").read_text().splitlines() if line]
+        manifest = json.loads((directory / "bundle.json").read_text())
+    except (OSError, ValueError) as e:
+        raise EvidenceError(f"not an evidence bundle: {e}") from e
+    if not entries:
+        raise EvidenceError("the bundle holds no events")
+    stream = entries[0].get("stream_id")
+    last_index = -1
+    for n, entry in enumerate(entries, start=1):
+        where = f"event {n} of events.jsonl"
+        if entry.get("stream_id") != stream or entry.get("version") != n:
+            raise EvidenceError(f"{where} is not version {n} of stream {stream}: an event is missing, added or out "
+                                "of order")
+        path = directory / "proofs" / f"v{n}.json"
+        try:
+            proof = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise EvidenceError(f"{where}: no readable proof {path.name}: {e}") from e
+        if proof.get("entry") != {k: entry.get(k) for k in ("stream_id", "version", "topic", "payload")} \
+                or proof.get("leaf_index") != entry.get("leaf_index"):
+            raise EvidenceError(f"{where} differs from the entry its proof {path.name} proves")
+        try:
+            verify_proof(proof, checkpoint, public_key)
+        except EvidenceError as e:
+            raise EvidenceError(f"{where} (version {n}): {e}") from e
+        if entry["leaf_index"] <= last_index:
+            raise EvidenceError(f"{where} comes before the event it follows in the log")
+        last_index = entry["leaf_index"]
+    if manifest.get("stream_id") != stream or manifest.get("versions") != len(entries):
+        raise EvidenceError(f"bundle.json names {manifest.get('versions')} versions of {manifest.get('stream_id')}, "
+                            f"the bundle holds {len(entries)} of {stream}")
+    return (f"stream {stream}: versions 1 to {len(entries)}, as the bundle holds them, are entries of the log of "
+            f"{checkpoint.log_size} events signed at {checkpoint.time} by key {checkpoint.key_id}")
+
+
+def bundle_checkpoint(app: Any, checkpoint_path: Path | None, key_path: Path | None) -> Checkpoint:
+    """The checkpoint a bundle is made against: the file given, one signed now with the key given, or else the
+    latest the service published (``EvidenceError`` when there is none)."""
+    if checkpoint_path is not None and key_path is not None:
+        raise EvidenceError("give --checkpoint or --key, not both")
+    if checkpoint_path is not None:
+        return Checkpoint.read(checkpoint_path)
+    if key_path is not None:
+        return make_checkpoint(app, key_path)
+    try:
+        return Checkpoint.from_json(latest_checkpoint(app))
+    except LedgerError as e:
+        raise EvidenceError(f"{e.message}: give --checkpoint FILE or --key FILE") from e

@@ -4,6 +4,7 @@ queued prompt or turn, by replay of the recorded events (``ledger.audit``)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import click
@@ -26,16 +27,31 @@ from ledger.chain import text as chain_text
               help="The audit as a self-contained HTML page, written to FILE or to --output (- or no FILE "
                    "and no --output: standard output).")
 @output_option("the timeline (or the page)")
+@click.option("--bundle", "bundle_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Write the evidence bundle of a chat to DIR: the audit page, the chat's events as stored, an "
+                   "inclusion proof of each and the checkpoint (proof verify --bundle checks it offline).")
+@click.option("--checkpoint", "checkpoint_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              metavar="FILE", help="With --bundle: the checkpoint to prove against (default: the latest published).")
+@click.option("--key", "key_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), metavar="FILE",
+              help="With --bundle: sign a checkpoint of the log now with this private key and prove against it.")
 @pass_ctx
 def audit(c: Ctx, stream_id: str, at_version: int | None, as_of: str | None, as_json: bool,
-          html_file: str | None, output: str | None) -> None:
+          html_file: str | None, output: str | None, bundle_dir: Path | None, checkpoint_file: Path | None,
+          key_file: Path | None) -> None:
     """Timeline of a chat, catalog or conversation: each event, a summary and the state after it."""
     if at_version is not None and as_of is not None:
         raise click.UsageError("use --at or --as-of, not both")
     if html_file and output:
         raise click.UsageError("give the page's file once: --html FILE or --output FILE")
+    if (checkpoint_file or key_file) and bundle_dir is None:
+        raise click.UsageError("--checkpoint and --key go with --bundle")
+    if bundle_dir is not None and (html_file is not None or as_json or output or at_version is not None or as_of):
+        raise click.UsageError("--bundle writes its own page, of the chat as the checkpoint covers it: give it alone")
     sid = c.stream_id(stream_id)
     events = stream_events(c.app, sid)
+    if bundle_dir is not None:
+        _bundle(c, sid, events, bundle_dir, checkpoint_file, key_file)
+        return
     upto = cut_version(events, at_version, as_of)
     data = audit_timeline(c.app, sid, events, upto)
     if html_file is not None:
@@ -58,6 +74,28 @@ def audit(c: Ctx, stream_id: str, at_version: int | None, as_of: str | None, as_
             lines.append(f"      {entry['summary']}")
             lines.append(f"      -> {_state_line(data['aggregate'], entry['state'])}")
     write_output(output or "-", "\n".join(lines) + "\n")
+
+
+def _bundle(c: Ctx, sid: Any, events: list[Any], directory: Path, checkpoint_file: Path | None,
+            key_file: Path | None) -> None:
+    from commands.audit_page import audit_page
+    from commands.evidence import EvidenceError, bundle_checkpoint, write_bundle
+
+    if not events or audit_timeline(c.app, sid, events[:1], None)["aggregate"] != "chat":
+        raise click.UsageError(f"{sid} is not a chat: a bundle is a chat's")
+
+    def page(version: int, evidence: dict[str, Any]) -> str:
+        return audit_page(c.app, sid, events, version, audit_timeline(c.app, sid, events, version),
+                          evidence=evidence, proof_link=lambda v: f"proofs/v{v}.json")
+
+    try:
+        made = write_bundle(c.app, sid, events[-1].originator_version, directory,
+                            bundle_checkpoint(c.app, checkpoint_file, key_file), page)
+    except EvidenceError as e:
+        raise click.ClickException(str(e)) from None
+    later = f"; {made['events_after']} later events are not covered yet" if made["events_after"] else ""
+    click.echo(f"wrote {directory}: chat {sid} versions 1-{made['versions']}, their inclusion proofs in the log of "
+               f"{made['log_size']} events, the checkpoint and the page{later}")
 
 
 def _state_line(kind: str, s: dict[str, Any]) -> str:

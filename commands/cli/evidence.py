@@ -40,21 +40,27 @@ def proof() -> None:
 
 
 @proof.command("verify")
-@click.argument("proof_file", metavar="PROOF", type=click.Path(dir_okay=False, exists=True))
-@click.option("--checkpoint", "checkpoint_file", required=True, type=click.Path(dir_okay=False, exists=True),
+@click.argument("proof_file", metavar="[PROOF]", required=False, type=click.Path(dir_okay=False, exists=True))
+@click.option("--checkpoint", "checkpoint_file", type=click.Path(dir_okay=False, exists=True),
               metavar="FILE", help="The checkpoint the proof is for (the newer one, for a consistency proof).")
+@click.option("--bundle", "bundle_dir", type=click.Path(file_okay=False, exists=True), metavar="DIR",
+              help="Check an evidence bundle (audit CHAT --bundle DIR) instead: every event against its checkpoint.")
 @click.option("--public-key", required=True, type=click.Path(dir_okay=False, exists=True), metavar="FILE",
               help="The key the checkpoints must be signed with.")
 @json_option('Print {"ok", "proves" | "error"} as JSON.')
-def proof_verify(proof_file: str, checkpoint_file: str, public_key: str, as_json: bool) -> None:
-    """Check an inclusion or consistency proof (`events prove`) against a checkpoint, without any database; exit 1
-    when it does not hold."""
+def proof_verify(proof_file: str | None, checkpoint_file: str | None, bundle_dir: str | None, public_key: str,
+                 as_json: bool) -> None:
+    """Check an inclusion or consistency proof (`events prove`) against a checkpoint, or an evidence bundle, without
+    any database; exit 1 when it does not hold."""
     import sys
 
-    from commands.evidence import EvidenceError, verify_proof_files
+    from commands.evidence import EvidenceError, verify_bundle, verify_proof_files
 
+    if (bundle_dir is None) == (proof_file is None) or (bundle_dir is None) != (checkpoint_file is not None):
+        raise click.UsageError("give PROOF --checkpoint FILE, or --bundle DIR")
     try:
-        proves = verify_proof_files(Path(proof_file), Path(checkpoint_file), Path(public_key))
+        proves = (verify_bundle(Path(bundle_dir), Path(public_key)) if bundle_dir is not None
+                  else verify_proof_files(Path(proof_file), Path(checkpoint_file), Path(public_key)))
     except EvidenceError as e:
         if as_json:
             emit_json({"ok": False, "error": str(e)})
@@ -82,11 +88,12 @@ def proof_verify(proof_file: str, checkpoint_file: str, public_key: str, as_json
 @click.option("--every", type=click.FloatRange(0.05), default=60.0, show_default=True, metavar="SECONDS",
               help="Seconds between polls.")
 @click.option("--once", is_flag=True, help="Poll once and exit.")
+@json_option('One JSON object per log and poll: {"log", "cosigned" | "unchanged" | "split_view" | "unreachable", ...}.')
 def witness(logs: tuple[str, ...], public_key: str, key: str, token: str, state_file: str, every: float,
-            once: bool) -> None:
+            once: bool, as_json: bool) -> None:
     """Witness a ledger service's checkpoints: check each is signed by the log and extends the last one seen
     (a consistency proof), cosign it (the service's GET /v1/checkpoints/latest then carries the cosignature).
-    Prints one JSON line per log and poll. A split view — two checkpoints of one size with different roots, or
+    Prints one line per log and poll. A split view — two checkpoints of one size with different roots, or
     one that does not extend the last — is refused for good: exit 2."""
     import sys
     import time
@@ -101,10 +108,20 @@ def witness(logs: tuple[str, ...], public_key: str, key: str, token: str, state_
     while True:
         reports = w.poll()
         for report in reports:
-            emit_json(report)
+            emit_json(report) if as_json else click.echo(_witness_line(report))
         sys.stdout.flush()
         if any(r.get("split_view") for r in reports):
             sys.exit(2)
         if once:
             return
         time.sleep(every)
+
+
+def _witness_line(r: dict[str, object]) -> str:
+    if "cosigned" in r:
+        return f"{r['log']}: cosigned the checkpoint of {r['cosigned']} events (root {r['root_hash']})"
+    if "unchanged" in r:
+        return f"{r['log']}: the checkpoint of {r['unchanged']} events, cosigned already"
+    if "split_view" in r:
+        return f"{r['log']}: REFUSED, {r['split_view']}"
+    return f"{r['log']}: unreachable ({r['unreachable']}); trying again next poll"

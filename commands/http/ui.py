@@ -293,7 +293,10 @@ def chat(chat_id: UUID, principal: Principal, state: State) -> Response[str]:
     def explain(what: str, ident: Any) -> str:
         return f"/ui/chats/{chat_id}/explain?{what}={quote(str(ident))}"
 
-    text = render_page(data, ui_link, template="ui_chat.html", explain=explain, me=principal,
+    evidence = data.get("evidence")
+    proof_link = None if evidence is None else (  # (the API's route: a page's session cookie reads it too)
+        lambda v: f"/v1/proofs/inclusion?stream={chat_id}&version={v}&size={evidence['log_size']}")
+    text = render_page(data, ui_link, template="ui_chat.html", explain=explain, me=principal, proof_link=proof_link,
                        live={"stream": f"/v1/events/stream?chat={chat_id}&after={head}", "types": _live_types()})
     return html(text)
 

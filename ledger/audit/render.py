@@ -106,17 +106,17 @@ def environment() -> Any:
 
 
 def render_page(page: dict[str, Any], link: Link = static_link, *, template: str | None = None,
-                explain: Explain | None = None, **extra: Any) -> str:
+                explain: Explain | None = None, proof_link: Callable[[int], str] | None = None, **extra: Any) -> str:
     """The page for ``page`` (``ledger.audit.page.chat_page`` or ``stream_page`` data); ``template`` one that
     extends the kind's page (the service's ``ui_chat.html``), ``explain`` where the explain links go (none on
-    the static page)."""
+    the static page), ``proof_link(version)`` where an event's inclusion proof is (with ``page["evidence"]``)."""
     from ledger.chat.state import state_legend
 
     template = template or {"chat": "chat.html", "catalog": "catalog.html", "conversation": "conversation.html"}.get(
         page["kind"], "catalog.html")
     ids = page.get("ids") or {}
     return render(template, page=page, link=link, short=lambda v: "-" if v is None else ids.get(str(v), str(v)[:8]),
-                  legend=state_legend(), explain=explain, **extra)
+                  legend=state_legend(), explain=explain, proof_link=proof_link, **extra)
 
 
 def render(template: str, **context: Any) -> str:

@@ -27,7 +27,7 @@ DEADLINE = 60.0
 def witness(tmp_path: Path, token: str, *logs: str, code: int = 0) -> list[dict]:
     """One poll of a real witness process (``--once``): its JSON lines."""
     args = [sys.executable, "-m", "commands.cli.main", "witness", "--public-key", str(tmp_path / "log.pub"),
-            "--key", str(tmp_path / "w.key"), "--state", str(tmp_path / "witness.json"), "--once"]
+            "--key", str(tmp_path / "w.key"), "--state", str(tmp_path / "witness.json"), "--once", "--json"]
     for log in logs:
         args += ["--log", log]
     done = subprocess.run(args, capture_output=True, text=True, timeout=120,
