@@ -188,7 +188,8 @@ def simulate_cmd(c: Ctx, chats: int, seed: int, orgs: int, concurrency: int, sal
               help="Chats at once of the extra interleaved stream-wise rebuild ledgers (comma-separated).")
 @click.option("--workers", type=click.IntRange(1, 256), default=lambda: os.cpu_count() or 1,
               show_default="the number of CPUs", help="Worker processes of the N-worker stream-wise rebuilds.")
-@click.option("--million", is_flag=True, help="Also rebuild a 1,000,000-event interleaved ledger stream-wise.")
+@click.option("--million", is_flag=True, help="Also rebuild a 1,000,000-event interleaved ledger stream-wise, and (evidence) "
+                                            "checkpoint and prove one.")
 @click.option("--long-chat-events", type=int, default=50_000, show_default=True,
               help="Length of the long chat whose first command in a fresh process is timed (longchat).")
 @click.option("--only", multiple=True, type=click.Choice(KINDS), help="Default: all.")

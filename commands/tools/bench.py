@@ -45,7 +45,7 @@ from commands.tools.bench_kit import _drop, _fresh_url, _sibling
 
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
 KINDS = ("replay", "rebuild", "throughput", "concurrent", "views", "service", "longchat", "chain", "search", "startup",
-         "writepath")
+         "writepath", "evidence")
 
 
 def _in_child(kind: str, url: str, events: int, *extra: str) -> dict[str, Any]:
@@ -112,6 +112,14 @@ def run_bench(backends: list[str], pg_url: str, rebuild_events: int, small_event
                                 _drop(_sibling(url, tag))
             if "chain" in only:
                 r["chain"] = _chain_cost(backend, pg_url, tmp, throughput_commands)
+            if "evidence" in only:  # the Merkle tree and checkpoints (commands/tools/bench_evidence.py)
+                url = _fresh_url(backend, pg_url, tmp)
+                sizes = ("10000", "100000", *(("1000000",) if million else ()))
+                try:
+                    r["evidence"] = _in_child("evidence", url, throughput_commands, *sizes)
+                finally:
+                    for u in (url, _sibling(url, "notree"), *(_sibling(url, f"ev{n}") for n in sizes)):
+                        _drop(u)
             if "writepath" in only and backend == "postgres":  # beside pgbench (commands/tools/bench_writepath.py)
                 url = _fresh_url(backend, pg_url, tmp)
                 try:
@@ -243,6 +251,23 @@ def print_table(results: dict[str, Any]) -> None:
             click.echo(f"{backend:<9} {'rebuild ' + format(x['rebuild_events'], ',') + ' ev, chains vs none (s)':<34} "
                        f"{x['rebuild_s']['hashed']:>16} {x['rebuild_s']['unhashed']:>16} {x['rebuild_ratio']:>7.2f} "
                        f"{'':>7}")
+        if "evidence" in r:
+            x = r["evidence"]
+            click.echo(f"{backend:<9} {'commands, checkpointing vs none':<34} {x['commands_per_s']['tree']:>16,} "
+                       f"{x['commands_per_s']['none']:>16,} {x['command_throughput_ratio']:>7.2f} {'>=0.9':>7}")
+            y = x["rebuild"]
+            click.echo(f"{backend:<9} {'rebuild ' + format(y['events'], ',') + ' ev, tree vs none (s)':<34} "
+                       f"{y['rebuild_s']['tree']:>16} {y['rebuild_s']['none']:>16} {y['ratio']:>7.2f} {'~1':>7}")
+            for n, z in x["sizes"].items():
+                ev = format(int(n), ",")
+                click.echo(f"{backend:<9} {'first checkpoint s, ' + ev + ' ev':<34} {z['first_checkpoint_s']:>16} "
+                           f"{'scan ' + str(z['scan_decode_s']):>16} {'':>7} {'':>7}")
+                click.echo(f"{backend:<9} {'next checkpoint s (+1,000 ev), ' + ev:<34} {z['next_checkpoint_s']:>16} "
+                           f"{'':>16} {'':>7} {'<2':>7}")
+                click.echo(f"{backend:<9} {'inclusion / consistency ms, ' + ev:<34} {z['inclusion_ms_median']:>16} "
+                           f"{z['consistency_ms_median']:>16} {'':>7} {'':>7}")
+                click.echo(f"{backend:<9} {'  proof nodes (incl/cons), ' + ev:<34} {z['inclusion_nodes_max']:>16} "
+                           f"{z['consistency_nodes_max']:>16} {'':>7} {'log n':>7}")
         if "concurrent" in r:
             x = r["concurrent"]
             for mode in ("distinct", "contended"):
