@@ -33,6 +33,12 @@ def make_checkpoint(app: Any, key_path: Path) -> Checkpoint:
     return _signed_now(app, load_private(key_path))
 
 
+def extend_tree(app: Any) -> int:
+    """Extend the stored tree to the log's head (``events rehash``: an existing ledger's tree built once); its
+    size."""
+    return StoredTree(app).catch_up()
+
+
 def _signed_now(app: Any, key: Any) -> Checkpoint:
     tree = StoredTree(app)
     size = tree.catch_up()

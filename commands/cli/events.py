@@ -232,14 +232,18 @@ def counted(lines: Iterable[bytes], progress: Any, total: int) -> Iterator[bytes
 @json_flag
 @pass_ctx
 def events_rehash(c: Ctx, as_json: bool) -> None:
-    """Give the streams recorded before hash chains their chains (streams with hashes are never rewritten)."""
+    """Give the streams recorded before hash chains their chains (streams with hashes are never rewritten), and
+    build the log's Merkle tree up to its head (docs/evidence.md)."""
+    from commands.evidence import extend_tree
     from ledger.rehash import rehash
 
     out = rehash(c.app)
+    out["merkle_tree_size"] = extend_tree(c.app)
     if as_json:
         emit_json(out)
     else:
-        click.echo(f"linked {out['streams']} streams ({out['events']} events) of {out['checked']}"
+        click.echo(f"linked {out['streams']} streams ({out['events']} events) of {out['checked']}; the Merkle tree "
+                   f"holds {out['merkle_tree_size']} events"
                    + (f"; {out['broken']} streams have a broken chain, left as they are (`events verify` names them)"
                       if out["broken"] else ""))
     sys.exit(1 if out["broken"] else 0)

@@ -143,3 +143,15 @@ def test_the_documented_algorithm_alone_verifies_a_checkpoint(keys, tmp_path, mo
     RawDB(url).set_state(a, 1, b"{}")
     with pytest.raises(AssertionError):
         exec(code.replace("rows = ...", "rows = ROWS()"), {"ROWS": rows})
+
+
+def test_events_rehash_builds_the_tree_of_an_existing_ledger(db_url) -> None:
+    from ledger.evidence.tree import StoredTree
+
+    _paris(db_url)
+    out = json.loads(cli(db_url, "events", "rehash", "--json").stdout)
+    app = open_app(db_url)
+    try:
+        assert out["merkle_tree_size"] == StoredTree(app).size() == len(app.notifications(0, 10_000)) > 0
+    finally:
+        app.close()
