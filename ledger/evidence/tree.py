@@ -151,7 +151,8 @@ class StoredTree:
 
         self.ensure()
         head = self.app.head() if head is None else head
-        for _ in range(100):  # another process extending it at the same time: read again and go on
+        lost = 0  # pages another process stored first (it extends the same tree: read again and go on)
+        while lost < 100:
             size, last = self._state()
             page = list(_take(scan(self.app, head, after=last, by_notification=True), PAGE))
             if not page:
@@ -165,7 +166,7 @@ class StoredTree:
             try:
                 self._store(leaves, nodes, size)
             except IntegrityError:
-                continue
+                lost += 1
         raise RuntimeError("the Merkle tree could not be extended: other writers kept extending it")
 
     def _state(self) -> tuple[int, int]:

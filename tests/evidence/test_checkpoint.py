@@ -155,3 +155,22 @@ def test_events_rehash_builds_the_tree_of_an_existing_ledger(db_url) -> None:
         assert out["merkle_tree_size"] == StoredTree(app).size() == len(app.notifications(0, 10_000)) > 0
     finally:
         app.close()
+
+
+def test_the_tree_is_extended_over_any_number_of_pages(db_url, monkeypatch) -> None:
+    """A log of more pages than the retries allowed to concurrent extenders (100) is caught up whole (a log of a
+    million events is 200 pages of 5,000)."""
+    import ledger.evidence.tree as tree_module
+    from commands.tools.workload import generate
+
+    monkeypatch.setattr(tree_module, "PAGE", 1)
+    app = open_app(db_url)
+    try:
+        generate(app, 150)
+        head = len(app.notifications(0, 10_000))
+        assert head > 100 and StoredTree(app).catch_up() == head
+        assert StoredTree(app).root(head) == root(nodes_of([entry_hash(n) for n in scan(app, app.head(),
+                                                                                          by_notification=True)]),
+                                                  head)
+    finally:
+        app.close()
