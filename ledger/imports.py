@@ -27,6 +27,11 @@ class ImportedWithoutProof(LedgerCreated):
     at: datetime
 
 
+#: people's data in these events (issue 28: ``ledger.privacy``): none — stream ids and counts
+PERSONAL: dict[type, dict[str, str]] = {}
+NOT_PERSONAL: dict[type, dict[str, str]] = {}
+
+
 class ImportState(msgspec.Struct, kw_only=True):
     streams: list[UUID]
     events: int

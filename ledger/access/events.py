@@ -83,3 +83,13 @@ class TokenUsed(LedgerEvent):
     TOPIC = "chat-ledger:access.TokenUsed"
     token_id: UUID
     at: datetime
+
+
+# -- people's data in these events (issue 28, point 1: ``ledger.privacy``, docs/privacy.md): none — a token's
+# stream names users by id and holds SHA-256 digests of secrets, never text a person wrote.
+PERSONAL: dict[type, dict[str, str]] = {}
+NOT_PERSONAL: dict[type, dict[str, str]] = {
+    TokenIssued: {"hash": "the SHA-256 of the token's secret"},
+    SessionStarted: {"session": "the SHA-256 of a web session's secret"},
+    SessionEnded: {"session": "the SHA-256 of a web session's secret"},
+}

@@ -128,3 +128,15 @@ class ModelConfigClaimed(LedgerCreated):
     TOPIC = "chat-ledger:catalog.ModelConfigClaimed"
     organization_id: UUID
     model_config_id: UUID | None = None
+
+
+# -- people's data in these events (issue 28, point 1: ``ledger.privacy``, docs/privacy.md): none — an
+# organization's configuration (providers, model names), members by id.
+PERSONAL: dict[type, dict[str, str]] = {}
+_CONFIG = {"config.provider": "a model provider's name", "config.model": "a model's name",
+           "config.display_name": "the organization's name for a model"}
+NOT_PERSONAL: dict[type, dict[str, str]] = {
+    ModelConfigCreated: _CONFIG, ModelConfigUpdated: {**_CONFIG, "changed": "names of the settings changed"},
+    ProviderSet: {"provider": "a model provider's name"},
+    DeploymentSettingsChanged: {"changed": "names of the settings changed"},
+}

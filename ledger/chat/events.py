@@ -16,6 +16,7 @@ from uuid import UUID
 from ledger.base import LedgerCreated, LedgerEvent
 from ledger.catalog.values import EffortLevel, ModelResolution
 from ledger.chat.values import AttemptSettings, ChatError, Fence, Message, Part, QueuedPrompt
+from ledger.privacy import under
 
 
 class ChatEvent(LedgerEvent):
@@ -443,3 +444,60 @@ class ChatAcquired(ChatEvent):
 
 class ChatAbandoned(ChatEvent):
     TOPIC = "chat-ledger:chat.ChatAbandoned"
+
+
+# -- people's data in these events (issue 28, point 1: ``ledger.privacy``, docs/privacy.md) ----------------------
+#
+# A message's content is its author's (``created_by``; a model's or a tool's message in a chat: the chat owner's,
+# as it answers the owner's request); so a member who writes in another's chat (an admin) has their words under
+# their own key, the rest of the chat under the owner's. Titles, labels and error texts are the owner's. What the
+# rules decide on — tool names and call ids, limits, policy, codes — is not personal, so a decision re-decides the
+# same once content was erased.
+
+_PARTS: dict[str, str] = {"parts[].text": "author", "parts[].args": "author", "parts[].result": "author",
+                          "parts[].value": "author", "parts[].error.message": "author", "parts[].file_id": "author"}
+_PARTS_NOT: dict[str, str] = {
+    "parts[].tool_call_id": "the provider's id of a call (the rules pair calls and results by it)",
+    "parts[].tool_name": "a tool's name (the tool policy decides on it)", "parts[].media_type": "a MIME type",
+    "parts[].error.code": "a structured-output error code"}
+_LISTS_NOT = {"hook_allowed_tools": "tool names (policy)", "dynamic_tools": "tool names (policy)",
+              "tool_policy_before": "tool names (policy)", "tool_policy": "tool names (policy)",
+              "limits": "limit names and numbers", "tool_call_ids": "the provider's call ids"}
+
+
+def _lists(cls: type) -> dict[str, str]:
+    """``_LISTS_NOT``'s fields that ``cls`` has."""
+    return {k: v for k, v in _LISTS_NOT.items() if k in cls.__dataclass_fields__}  # type: ignore[attr-defined]
+
+
+_MESSAGES, _MESSAGES_NOT = under("messages[]", _PARTS), under("messages[]", _PARTS_NOT)
+_ERROR, _ERROR_NOT = {"last_error.message": "owner"}, {"last_error.kind": "an error's kind (a code)"}
+_REASON = {"reason": "owner"}  # a caller's free text: kept as personal
+
+#: event class -> field path -> whose data it is (``ledger.privacy.Whose``)
+PERSONAL: dict[type, dict[str, str]] = {
+    ChatCreated: {"title": "owner", **_MESSAGES}, TitleSet: {"title": "owner"}, LabelsSet: {"labels": "owner"},
+    TurnStarted: _MESSAGES, QueuedPromptPromoted: _MESSAGES, StepCommitted: _MESSAGES, TurnFinished: _MESSAGES,
+    InterruptionFinished: _MESSAGES, ToolResultsSubmitted: _MESSAGES, ContextCleared: _MESSAGES,
+    ChatEnded: _MESSAGES, ToolCallsCanceled: {**_MESSAGES, **_REASON}, TurnFailed: {**_MESSAGES, **_ERROR},
+    IdleChatFailed: _ERROR, InvalidStateReconciled: _ERROR, InterruptRequested: _REASON,
+    RequiresActionCanceled: _REASON,
+    PromptQueued: {**under("prompt", _PARTS), **under("prompt.hook_prefix[]", _PARTS)},
+    QueuedPromptEdited: _PARTS,  # the queued prompt's author's
+}
+#: event class -> text field path -> why it is not personal
+NOT_PERSONAL: dict[type, dict[str, str]] = {
+    ChatCreated: {**_MESSAGES_NOT, **_lists(ChatCreated)}, TurnStarted: {**_MESSAGES_NOT, **_lists(TurnStarted)},
+    QueuedPromptPromoted: {**_MESSAGES_NOT, **_lists(QueuedPromptPromoted)}, StepCommitted: {**_MESSAGES_NOT, **_lists(StepCommitted)},
+    TurnFinished: _MESSAGES_NOT, InterruptionFinished: {**_MESSAGES_NOT, **_lists(InterruptionFinished)},
+    ToolResultsSubmitted: {**_MESSAGES_NOT, **_lists(ToolResultsSubmitted)}, ContextCleared: _MESSAGES_NOT, ChatEnded: _MESSAGES_NOT,
+    ToolCallsCanceled: _MESSAGES_NOT, TurnFailed: {**_MESSAGES_NOT, **_ERROR_NOT}, IdleChatFailed: _ERROR_NOT,
+    InvalidStateReconciled: {**_ERROR_NOT, "status_before": "a status name"},
+    PromptQueued: {**under("prompt", _PARTS_NOT), **under("prompt.hook_prefix[]", _PARTS_NOT),
+                   "prompt.hook_allowed_tools": "tool names (policy)", **_lists(PromptQueued)},
+    QueuedPromptEdited: {**_PARTS_NOT, **_lists(QueuedPromptEdited)},
+    RequiresActionEntered: _lists(RequiresActionEntered),
+    OwnershipCleared: {"cause": "why the worker's ownership ended (a code)"},
+    RetryStateRecorded: {"retry_state": "the worker's retry counters and delays"},
+    GenerationAttemptRecorded: {"settings": "the model, tools and limits an attempt ran with (the rules' inputs)"},
+}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ledger.base import LedgerCreated, LedgerEvent
 from ledger.conversation.values import Box, BoxContent
+from ledger.privacy import under
 
 CONVERSATION_TOPIC = "chat-ledger:conversation.Conversation"
 
@@ -183,3 +184,30 @@ class ConversationRecovered(LedgerEvent):
     force: bool
     scheduled: bool
     abandoned_job: int | None
+
+
+# -- people's data in these events (issue 28, point 1: ``ledger.privacy``, docs/privacy.md) ----------------------
+# A conversation is its user's (the actor who started it): every text, tool call's arguments and tool result in
+# it. Tool names and ids and the session id are what the machine decides on.
+
+_CONTENT = {"content.text": "owner", "content.arguments": "owner", "content.result": "owner"}
+_CONTENT_NOT = {"content.tool_call_id.session": "the conversation's session id", "content.name": "a tool's name"}
+
+
+#: event class -> field path -> whose data it is (``ledger.privacy.Whose``)
+PERSONAL: dict[type, dict[str, str]] = {
+    ConversationStarted: under("transcript[]", _CONTENT), ArrivalAppended: under("box", _CONTENT),
+    ArrivalQueued: _CONTENT, ArrivalsFlushed: under("boxes[]", _CONTENT), StagePrepared: under("boxes[]", _CONTENT),
+    RoundCompleted: {**under("text_box", _CONTENT), **under("drained[]", _CONTENT)},
+    ConversationRecovered: under("drained[]", _CONTENT),
+    ConversationHalted: {"message": "owner", **under("drained[]", _CONTENT)},
+    RoundStalled: {"message": "owner"}, SteerDiscarded: {"reason": "owner"},
+}
+#: event class -> text field path -> why it is not personal
+NOT_PERSONAL: dict[type, dict[str, str]] = {
+    ConversationStarted: {"session": "the conversation's session id", **under("transcript[]", _CONTENT_NOT)},
+    ArrivalAppended: under("box", _CONTENT_NOT), ArrivalQueued: _CONTENT_NOT,
+    ArrivalsFlushed: under("boxes[]", _CONTENT_NOT), StagePrepared: under("boxes[]", _CONTENT_NOT),
+    RoundCompleted: {**under("text_box", _CONTENT_NOT), **under("drained[]", _CONTENT_NOT)},
+    ConversationRecovered: under("drained[]", _CONTENT_NOT), ConversationHalted: under("drained[]", _CONTENT_NOT),
+}

@@ -143,3 +143,12 @@ class CheckpointLog(DeciderAggregate):
     CACHED: ClassVar[bool] = True
     state: LogState
     evolve = staticmethod(evolve)
+
+
+# -- people's data in these events (issue 28, point 1: ``ledger.privacy``): none — hashes, times, key ids.
+PERSONAL: dict[type, dict[str, str]] = {}
+_SIGNED = {"root_hash": "a Merkle root", "time": "when it was signed", "signature": "an Ed25519 signature"}
+NOT_PERSONAL: dict[type, dict[str, str]] = {
+    CheckpointPublished: {**_SIGNED, "key_id": "a key's id"},
+    CheckpointCosigned: {**_SIGNED, "witness_key_id": "a key's id"},
+}

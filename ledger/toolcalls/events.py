@@ -121,3 +121,21 @@ class ToolCallCanceled(LedgerEvent):
     outcome: CancelOutcome
     result: Any = None
     is_error: bool = False
+
+
+# -- people's data in these events (issue 28, point 1: ``ledger.privacy``, docs/privacy.md) ----------------------
+# An execution's output and its cancellation's words are its chat owner's (the execution belongs to the chat).
+
+#: event class -> field path -> whose data it is (``ledger.privacy.Whose``)
+PERSONAL: dict[type, dict[str, str]] = {
+    ToolCallResponseRecorded: {"response.body": "owner"}, ToolCallCanceled: {"result": "owner"},
+    ToolCallCancelRequested: {"reason": "owner"}, ToolCallDetached: {"reason": "owner"},
+}
+#: event class -> text field path -> why it is not personal
+NOT_PERSONAL: dict[type, dict[str, str]] = {
+    ToolCallExecutionOpened: {"tool_call_id": "the provider's id of the call", "tool_name": "a tool's name"},
+    ToolCallClaimed: {"input_sha256": "a digest of the call's input"},
+    ToolCallProcessRecorded: {"process_id": "an operating-system process id"},
+    ToolCallDetached: {"process_id": "an operating-system process id"},
+    ToolCallResponseRecorded: {"response.content_type": "a MIME type"},
+}
