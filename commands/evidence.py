@@ -52,16 +52,26 @@ def publish_checkpoint(app: Any, key: Any) -> Checkpoint | None:
     None when the log holds nothing new since the last one (``ledger.evidence.published.publish``)."""
     checkpoint = _signed_now(app, key)
     fields = {k: v for k, v in checkpoint.to_json().items() if k not in ("format", "version")}
+    return checkpoint if _record_on_log(app, lambda state, em: published.publish(state, em, **fields)) else None
 
+
+def _record_on_log(app: Any, decide: Callable[[Any, Emitter], list[Any]]) -> bool:
+    """Record what ``decide(state, emitter)`` decides on the checkpoints' stream (made by its first event);
+    whether it recorded anything."""
     def work(uow: UnitOfWork) -> bool:
         stream_id, agg = locate(app, CheckpointLog, CHECKPOINTS_ID, uow.get_cached)
-        em = Emitter(stream_id, agg.version if agg is not None else 0, uow.now)
-        events = published.publish(agg.state if agg is not None else None, em, **fields)
+        events = decide(agg.state if agg is not None else None,
+                        Emitter(stream_id, agg.version if agg is not None else 0, uow.now))
         if events:
             uow.create(CheckpointLog, events) if agg is None else uow.record(agg, events)
         return bool(events)
 
-    return checkpoint if run(app, work) else None
+    return run(app, work)
+
+
+def _log(app: Any) -> tuple[UUID, Any]:
+    """The checkpoints' stream id and aggregate (None before the first), read through the application's cache."""
+    return locate(app, CheckpointLog, CHECKPOINTS_ID, lambda i: app.load_cached(i, copy=False))
 
 
 def _document(p: Any, cosignatures: list[Any]) -> dict[str, Any]:
@@ -73,7 +83,7 @@ def _document(p: Any, cosignatures: list[Any]) -> dict[str, Any]:
 
 def latest_checkpoint(app: Any) -> dict[str, Any]:
     """``GET /v1/checkpoints/latest``: the latest published checkpoint with its witnesses' cosignatures."""
-    _, agg = locate(app, CheckpointLog, CHECKPOINTS_ID, lambda i: app.load_cached(i, copy=False))
+    _, agg = _log(app)
     if agg is None or agg.state.latest is None:
         raise LedgerError("checkpoint_not_found", "no checkpoint was published yet (serve --checkpoint-key)")
     return _document(agg.state.latest, agg.state.cosignatures)
@@ -82,7 +92,7 @@ def latest_checkpoint(app: Any) -> dict[str, Any]:
 def checkpoint_of_size(app: Any, size: int) -> dict[str, Any]:
     """``GET /v1/checkpoints/{size}``: the published checkpoint of ``size`` events, found by bisecting the
     stream's versions (its log sizes never decrease: ``ledger.evidence.published``), with its cosignatures."""
-    stream_id, agg = locate(app, CheckpointLog, CHECKPOINTS_ID, lambda i: app.load_cached(i, copy=False))
+    stream_id, agg = _log(app)
     if agg is not None:
         at = lambda v: app.stream(stream_id, gt=v - 1, lte=v)[0]  # noqa: E731 - one event by version
         lo, hi = 2, agg.version  # version 1 starts the stream
@@ -116,17 +126,9 @@ def record_cosignature(app: Any, log_size: int, cosignature: dict[str, Any], wit
     except EvidenceError as e:
         raise LedgerError("invalid_request", str(e)) from e
 
-    def work(uow: UnitOfWork) -> bool:
-        stream_id, agg = locate(app, CheckpointLog, CHECKPOINTS_ID, uow.get_cached)
-        em = Emitter(stream_id, agg.version if agg is not None else 0, uow.now)
-        events = published.cosign(agg.state if agg is not None else None, em, log_size=log_size,
-                                  root_hash=checkpoint.root_hash, witness_key_id=witness,
-                                  time=str(cosignature["time"]), signature=str(cosignature["signature"]))
-        if events:
-            uow.record(agg, events)
-        return bool(events)
-
-    return run(app, work)
+    return _record_on_log(app, lambda state, em: published.cosign(
+        state, em, log_size=log_size, root_hash=checkpoint.root_hash, witness_key_id=witness,
+        time=str(cosignature["time"]), signature=str(cosignature["signature"])))
 
 
 def check_checkpoint(app: Any, checkpoint: Checkpoint, public_key: Any) -> list[dict[str, Any]]:
