@@ -118,7 +118,7 @@ def run_bench(backends: list[str], pg_url: str, rebuild_events: int, small_event
                 try:
                     r["evidence"] = _in_child("evidence", url, throughput_commands, *sizes)
                 finally:
-                    for u in (url, _sibling(url, "notree"), *(_sibling(url, f"ev{n}") for n in sizes)):
+                    for u in (url, _sibling(url, "arm1"), _sibling(url, "arm2"), *(_sibling(url, f"ev{n}") for n in sizes)):
                         _drop(u)
             if "writepath" in only and backend == "postgres":  # beside pgbench (commands/tools/bench_writepath.py)
                 url = _fresh_url(backend, pg_url, tmp)
@@ -253,13 +253,15 @@ def print_table(results: dict[str, Any]) -> None:
                        f"{'':>7}")
         if "evidence" in r:
             x = r["evidence"]
-            click.echo(f"{backend:<9} {'commands, checkpointing vs none':<34} {x['commands_per_s']['tree']:>16,} "
-                       f"{x['commands_per_s']['none']:>16,} {x['command_throughput_ratio']:>7.2f} {'>=0.9':>7}")
-            y = x["rebuild"]
-            click.echo(f"{backend:<9} {'rebuild ' + format(y['events'], ',') + ' ev, tree vs none (s)':<34} "
-                       f"{y['rebuild_s']['tree']:>16} {y['rebuild_s']['none']:>16} {y['ratio']:>7.2f} {'~1':>7}")
+            for arm, ratio in x["command_throughput_ratio"].items():
+                click.echo(f"{backend:<9} {'commands, checkpoint ' + arm + ' vs none':<34} "
+                           f"{x['commands_per_s'][arm]:>16,} {x['commands_per_s']['none']:>16,} {ratio:>7.2f} "
+                           f"{'>=0.9':>7}")
             for n, z in x["sizes"].items():
                 ev = format(int(n), ",")
+                if "rebuild_ratio" in z:
+                    click.echo(f"{backend:<9} {'rebuild s, tree vs none, ' + ev:<34} {z['rebuild_s']['with_tree']:>16} "
+                               f"{z['rebuild_s']['without_tree']:>16} {z['rebuild_ratio']:>7.2f} {'~1':>7}")
                 click.echo(f"{backend:<9} {'first checkpoint s, ' + ev + ' ev':<34} {z['first_checkpoint_s']:>16} "
                            f"{'scan ' + str(z['scan_decode_s']):>16} {'':>7} {'':>7}")
                 click.echo(f"{backend:<9} {'next checkpoint s (+1,000 ev), ' + ev:<34} {z['next_checkpoint_s']:>16} "

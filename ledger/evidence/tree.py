@@ -172,7 +172,9 @@ class StoredTree:
     def _state(self) -> tuple[int, int]:
         """(size, the last leaf's notification id): two reads by the keys' indexes, never a count of the rows
         (leaves are numbered 0..size-1 without gaps, and each page appends after the greatest)."""
-        rows = self._rows(f"SELECT max(idx) AS last_idx, max(notification_id) AS last_nid FROM {self.sql.prefix}merkle_leaves")
+        t = f"{self.sql.prefix}merkle_leaves"  # (one max per select: SQLite reads a max by its index only alone)
+        rows = self._rows(f"SELECT (SELECT max(idx) FROM {t}) AS last_idx, (SELECT max(notification_id) FROM {t}) "
+                          "AS last_nid")
         return (0, 0) if rows[0][0] is None else (int(rows[0][0]) + 1, int(rows[0][1]))
 
     def _store(self, leaves: list[tuple[int, int]], nodes: list[tuple[int, int, bytes]], size: int) -> None:

@@ -1,0 +1,161 @@
+"""Sealing the personal fields of a stored payload (issue 28, point 2; docs/privacy.md): pure, over the payload
+as plain data (the dicts, lists and strings msgspec encodes), with AES-256-GCM from the ``cryptography`` package.
+
+* ``targets(payload, declared, owner, actor)``: the concrete places (``("messages", 0, "parts", 1, "text")``) of an
+  event's personal fields (its module's ``PERSONAL`` declaration, ``ledger.privacy``) and whose each is;
+* ``seal``: each subject's values go into one **envelope** — the subject, the key's number, the places (structure,
+  not content: in clear), a nonce, and the AES-GCM box of the values — and their places in the payload become
+  ``null``. The event's own identity (stream, version, topic) and the envelope's subject, key and places are the
+  box's associated data, so a box cannot be moved to another event, subject or place;
+* ``unseal``: the values back in their places, or, where the subject's key was destroyed, a tombstone
+  (``ERASED``, of the place's kind). A box that does not open under a key that exists is an error, never a
+  tombstone: a changed record must not pass for an erased one.
+
+The envelope list is stored beside the payload's fields; the hash chains and the Merkle log cover it as stored,
+so destroying a key changes no stored byte.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from typing import Any, Callable, Iterator
+from uuid import UUID
+
+import msgspec
+
+#: what a reader sees where erased content was
+ERASED = "[erased]"
+
+Place = tuple[str | int, ...]
+
+
+class Envelope(msgspec.Struct, array_like=True, frozen=True):
+    subject: UUID
+    key: int  # the number of the subject's data key (a subject gets a new key after an erasure)
+    places: list[list[str | int]]
+    nonce: bytes
+    box: bytes
+
+
+class SealError(ValueError):
+    """An envelope that does not open under the key it names: the record was changed."""
+
+
+def _steps(declared: str) -> list[str]:
+    """``"messages[].parts[].text"`` -> ``["messages", "[]", "parts", "[]", "text"]``."""
+    out: list[str] = []
+    for part in declared.split("."):
+        name, brackets = part.rstrip("[]"), (len(part) - len(part.rstrip("[]"))) // 2
+        out.append(name)
+        out.extend(["[]"] * brackets)
+    return out
+
+
+def expand(payload: Any, declared: str) -> Iterator[Place]:
+    """The places of ``declared`` present in ``payload`` (a missing or null field has none)."""
+    def walk(node: Any, steps: list[str], at: Place) -> Iterator[Place]:
+        if node is None:
+            return
+        if not steps:
+            yield at
+            return
+        step, rest = steps[0], steps[1:]
+        if step == "[]":
+            if isinstance(node, list):
+                for i, item in enumerate(node):
+                    yield from walk(item, rest, (*at, i))
+        elif isinstance(node, dict) and step in node:
+            yield from walk(node[step], rest, (*at, step))
+
+    yield from walk(payload, _steps(declared), ())
+
+
+def _get(payload: Any, place: Place) -> Any:
+    for step in place:
+        payload = payload[step]
+    return payload
+
+
+def _set(payload: Any, place: Place, value: Any) -> None:
+    _get(payload, place[:-1])[place[-1]] = value
+
+
+def author_of(payload: Any, place: Place) -> UUID | None:
+    """The ``created_by`` of the innermost object around ``place`` that names one (a message, a queued prompt)."""
+    found, node = None, payload
+    for step in place[:-1]:
+        node = node[step]
+        if isinstance(node, dict) and node.get("created_by"):
+            found = node["created_by"]
+    return UUID(str(found)) if found is not None else None
+
+
+def targets(payload: dict[str, Any], declared: dict[str, str], owner: UUID | None,
+            actor: UUID | None) -> list[tuple[Place, UUID]]:
+    """Each personal place of ``payload`` and its subject: ``owner`` (the stream's), ``author`` (the enclosing
+    message's ``created_by``, else the owner), ``actor`` (the event's, else the owner). A place with no subject
+    to key it (a stream with no owner) is left out."""
+    out = []
+    for path, whose in declared.items():
+        for place in expand(payload, path):
+            subject = (owner if whose == "owner" else (author_of(payload, place) or owner) if whose == "author"
+                       else actor or owner)
+            if subject is not None:
+                out.append((place, subject))
+    return out
+
+
+def _associated(event: bytes, subject: UUID, key: int, places: list[list[str | int]]) -> bytes:
+    return event + subject.bytes + key.to_bytes(4, "big") + msgspec.msgpack.encode(places)
+
+
+def seal(payload: dict[str, Any], places: list[tuple[Place, UUID]], key_of: Callable[[UUID], tuple[int, bytes]],
+         event: bytes) -> list[Envelope]:
+    """Move the values at ``places`` into one envelope per subject (``key_of(subject)``: the number and bytes of
+    the subject's current data key); their places become null. ``event``: the event's identity, bound to each box."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    by_subject: dict[UUID, list[Place]] = defaultdict(list)
+    for place, subject in places:
+        by_subject[subject].append(place)
+    envelopes = []
+    for subject, subject_places in sorted(by_subject.items()):
+        number, key = key_of(subject)
+        values = [_get(payload, p) for p in subject_places]
+        listed = [list(p) for p in subject_places]
+        nonce = os.urandom(12)
+        box = AESGCM(key).encrypt(nonce, msgspec.msgpack.encode(values), _associated(event, subject, number, listed))
+        for p in subject_places:
+            _set(payload, p, None)
+        envelopes.append(Envelope(subject, number, listed, nonce, box))
+    return envelopes
+
+
+def unseal(payload: dict[str, Any], envelopes: list[Envelope], key_of: Callable[[UUID, int], bytes | None],
+           event: bytes, tombstone: Callable[[Place], Any] = lambda _: ERASED) -> set[UUID]:
+    """Put the sealed values back (``key_of(subject, number)``: the key's bytes, None once destroyed), or the
+    ``tombstone`` of each place whose key is gone; the subjects whose content was erased."""
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    erased: set[UUID] = set()
+    for e in envelopes:
+        places = [tuple(p) for p in e.places]
+        key = key_of(e.subject, e.key)
+        if key is None:
+            erased.add(e.subject)
+            for p in places:
+                _set(payload, p, tombstone(p))
+            continue
+        try:
+            values = msgspec.msgpack.decode(AESGCM(key).decrypt(e.nonce, e.box, _associated(event, e.subject, e.key,
+                                                                                                e.places)))
+        except InvalidTag:
+            raise SealError(f"the sealed content of subject {e.subject} does not open under its key {e.key}: the "
+                            "record was changed") from None
+        if not isinstance(values, list) or len(values) != len(places):
+            raise SealError("the sealed content does not match its places")
+        for p, v in zip(places, values):
+            _set(payload, p, v)
+    return erased
