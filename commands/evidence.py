@@ -222,7 +222,7 @@ def _inclusion(tree: StoredTree, stream_id: UUID, version: int, size: int) -> di
         return None
     _, topic, state = found
     return inclusion_document(size, index, str(stream_id), version, topic, state,
-                              inclusion_proof(tree.node, index, size))
+                              tree.batched(lambda node: inclusion_proof(node, index, size)))
 
 
 def prove_consistency(app: Any, old_path: Path, new_path: Path) -> dict[str, Any]:
@@ -232,7 +232,8 @@ def prove_consistency(app: Any, old_path: Path, new_path: Path) -> dict[str, Any
         raise EvidenceError(f"no consistency proof from {old.log_size} to {new.log_size} events: give the older "
                             "checkpoint first (of at least one event)")
     tree = _tree_at(app, new)
-    return consistency_document(old, new.log_size, consistency_proof(tree.node, old.log_size, new.log_size))
+    return consistency_document(old, new.log_size,
+                                tree.batched(lambda node: consistency_proof(node, old.log_size, new.log_size)))
 
 
 def verify_proof_files(proof_path: Path, checkpoint_path: Path, public_key_path: Path) -> str:
@@ -275,7 +276,7 @@ def consistency_at(app: Any, old: int, new: int) -> dict[str, Any]:
     tree = _sized_tree(app, new)
     return {"old_size": old, "new_size": new, "old_root_hash": tree.root(old).hex(),
             "new_root_hash": tree.root(new).hex(),
-            "proof": [h.hex() for h in consistency_proof(tree.node, old, new)]}
+            "proof": [h.hex() for h in tree.batched(lambda node: consistency_proof(node, old, new))]}
 
 
 # -- a chat's evidence: the audit page's checkpoint and proofs, the bundle (issue 27, point 6) --------------------

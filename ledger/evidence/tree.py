@@ -15,11 +15,13 @@ store a leaf twice (the keys); the loser's page rolls back and it reads again.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 from uuid import UUID
 
 from ledger.chain import piece, scan
-from ledger.evidence.merkle import Frontier, leaf_hash, root
+from ledger.evidence.merkle import Frontier, Node, leaf_hash, root
+
+T = TypeVar("T")
 
 #: leaves added per transaction
 PAGE = 5000
@@ -91,7 +93,40 @@ class StoredTree:
         return bytes(rows[0][0])
 
     def root(self, size: int) -> bytes:
-        return root(self.node, size)
+        return self.batched(lambda node: root(node, size))
+
+    def batched(self, compute: Callable[[Node], T]) -> T:
+        """``compute(node)`` with every node it reads fetched in one select: a first pass records which nodes it
+        asks for (the proofs' and roots' shapes depend on sizes and indexes, never on the hashes), the second runs
+        on them. So a proof costs two round trips, not one per node."""
+        wanted: set[tuple[int, int]] = set()
+
+        def record(level: int, index: int) -> bytes:
+            wanted.add((level, index))
+            return bytes(32)
+
+        compute(record)
+        found = self._nodes(wanted)
+
+        def node(level: int, index: int) -> bytes:
+            if (level, index) not in found:
+                raise LookupError(f"the stored tree has no node ({level}, {index})")
+            return found[level, index]
+
+        return compute(node)
+
+    def _nodes(self, keys: set[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+        out: dict[tuple[int, int], bytes] = {}
+        listed, p = sorted(keys), self.sql.p
+        for i in range(0, len(listed), 200):
+            chunk = listed[i:i + 200]
+            pairs = ", ".join(f"({p}, {p})" for _ in chunk)
+            for level, idx, h in self._rows(  # (a join: both databases then read each node by the key)
+                    f"WITH k(level, idx) AS (VALUES {pairs}) SELECT n.level, n.idx, n.hash FROM k JOIN "
+                    f"{self.sql.prefix}merkle_nodes n ON n.level = k.level AND n.idx = k.idx",
+                    tuple(x for pair in chunk for x in pair)):
+                out[int(level), int(idx)] = bytes(h)
+        return out
 
     def leaf_index(self, notification_id: int) -> int | None:
         rows = self._rows(f"SELECT idx FROM {self.sql.prefix}merkle_leaves WHERE notification_id = {self.sql.p}",
