@@ -1,0 +1,87 @@
+"""Issue 28, point 2 (the keys): each subject's data keys, wrapped by the master key, on SQLite and PostgreSQL —
+made once however many ask at once, the same to every process, unusable under another master key, and after
+destruction gone: unreadable through the ledger, and on SQLite not in the database file nor its write-ahead log."""
+
+from __future__ import annotations
+
+import base64
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ledger.store import open_app
+from ledger.subjectkeys import KeyRing, SubjectKeyError, master_key, new_master_key
+
+MASTER = base64.b64decode(new_master_key())
+
+
+def test_a_subjects_key_is_made_once_kept_wrapped_and_destroyed(db_url) -> None:
+    a, b = open_app(db_url), open_app(db_url)
+    try:
+        alice, bob = uuid.uuid4(), uuid.uuid4()
+        ring = KeyRing(a, MASTER)
+        number, key = ring.current(alice)
+        assert number == 1 and len(key) == 32 and ring.current(alice) == (1, key)
+        assert KeyRing(b, MASTER).current(alice) == (1, key) and KeyRing(b, MASTER).get(alice, 1) == key
+        bobs = ring.current(bob)[1]
+        with pytest.raises(SubjectKeyError):
+            KeyRing(b, base64.b64decode(new_master_key())).get(alice, 1)  # another master key
+        assert ring.destroy(alice) == [1] and ring.destroy(alice) == []
+        assert ring.get(alice, 1) is None and KeyRing(b, MASTER).get(alice, 1) is None
+        assert ring.get(bob, 1) == bobs  # nobody else's
+        again = ring.current(alice)  # writing again: a new key, never the old one
+        assert again[0] == 2 and again[1] != key and ring.get(alice, 1) is None
+    finally:
+        a.close()
+        b.close()
+
+
+def test_many_asking_at_once_get_one_key(db_url) -> None:
+    apps = [open_app(db_url) for _ in range(4)]
+    try:
+        subject, got = uuid.uuid4(), []
+        KeyRing(apps[0], MASTER).ensure()
+        threads = [threading.Thread(target=lambda app=app: got.append(KeyRing(app, MASTER).current(subject)))
+                   for app in apps]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(got) == 4 and len(set(got)) == 1
+    finally:
+        for app in apps:
+            app.close()
+
+
+def test_a_destroyed_key_leaves_no_trace_in_the_sqlite_files(tmp_path: Path) -> None:
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    app = open_app(url)
+    try:
+        subject = uuid.uuid4()
+        ring = KeyRing(app, MASTER)
+        ring.current(subject)
+        with sqlite3.connect(tmp_path / "ledger.db") as db:
+            (wrapped,) = db.execute("SELECT wrapped FROM subject_keys").fetchone()
+        files = lambda: b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("ledger.db"))  # noqa: E731
+        assert bytes(wrapped) in files()  # (the check can see it while it is there)
+        ring.destroy(subject)
+        assert bytes(wrapped) not in files()
+    finally:
+        app.close()
+
+
+def test_the_master_key_comes_from_the_environment_or_a_file(tmp_path: Path) -> None:
+    key = new_master_key()
+    assert master_key({}) is None
+    assert master_key({"CHAT_LEDGER_MASTER_KEY": key}) == base64.b64decode(key)
+    (tmp_path / "master").write_text(key + "\n")
+    assert master_key({"CHAT_LEDGER_MASTER_KEY_FILE": str(tmp_path / "master")}) == base64.b64decode(key)
+    for bad in ("not base64!", base64.b64encode(b"short").decode()):
+        with pytest.raises(SubjectKeyError):
+            master_key({"CHAT_LEDGER_MASTER_KEY": bad})
+    with pytest.raises(SubjectKeyError):
+        master_key({"CHAT_LEDGER_MASTER_KEY_FILE": str(tmp_path / "absent")})
