@@ -448,11 +448,9 @@ class ChatAbandoned(ChatEvent):
 
 # -- people's data in these events (issue 28, point 1: ``ledger.privacy``, docs/privacy.md) ----------------------
 #
-# A message's content is its author's (``created_by``; a model's or a tool's message in a chat: the chat owner's,
-# as it answers the owner's request); so a member who writes in another's chat (an admin) has their words under
-# their own key, the rest of the chat under the owner's. Titles, labels and error texts are the owner's. What the
-# rules decide on — tool names and call ids, limits, policy, codes — is not personal, so a decision re-decides the
-# same once content was erased.
+# A message's content is its author's (``created_by``; a model's or tool's message: the chat owner's, as it answers
+# the owner's request); titles, labels and error texts are the owner's. What the rules decide on (tool names, call
+# ids, limits, policy, codes) is not personal: a decision re-decides the same once content was erased.
 
 _PARTS: dict[str, str] = {"parts[].text": "author", "parts[].args": "author", "parts[].result": "author",
                           "parts[].value": "author", "parts[].error.message": "author", "parts[].file_id": "author"}
@@ -465,8 +463,7 @@ _LISTS_NOT = {"hook_allowed_tools": "tool names (policy)", "dynamic_tools": "too
               "limits": "limit names and numbers", "tool_call_ids": "the provider's call ids"}
 
 
-def _lists(cls: type) -> dict[str, str]:
-    """``_LISTS_NOT``'s fields that ``cls`` has."""
+def _lists(cls: type) -> dict[str, str]:  # ``_LISTS_NOT``'s fields that ``cls`` has
     return {k: v for k, v in _LISTS_NOT.items() if k in cls.__dataclass_fields__}  # type: ignore[attr-defined]
 
 
