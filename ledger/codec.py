@@ -22,6 +22,8 @@ import msgspec
 from eventsourcing.persistence import Mapper, MapperDeserialisationError, StoredEvent, Transcoder
 
 from ledger.base import TOPICS
+from ledger.sealer import JSON_HEADER, MSGPACK_HEADER, is_sealed
+from ledger.sealing import Envelope
 
 FORMATS = ("json", "msgpack")
 _SKIP_FIELDS = ("originator_id", "originator_version")
@@ -48,6 +50,7 @@ def payload_shape(cls: type) -> type[msgspec.Struct]:
                                        dataclasses.MISSING))
         # Defaults must follow required fields in a Struct; kw_only lifts that rule.
         fields.append(("class_version", int, 1))
+        fields.append(("sealed", list[Envelope] | None, None))  # a sealed payload's envelopes (ledger.sealer)
         shape = msgspec.defstruct(f"{cls.__name__}Payload", fields, kw_only=True)
         _shapes[cls] = shape
     return shape
@@ -76,6 +79,8 @@ class MsgspecMapper(Mapper):
         #: only hold them; a fifth smaller, and faster to decode, than their 36-character text)
         self._encoders = {"json": msgspec.json.Encoder().encode,
                           "msgpack": msgspec.msgpack.Encoder(uuid_format="bytes").encode}
+        #: seals personal values when the ledger was opened with a master key (``ledger.sealer``); None: not
+        self.sealer: Any = None
         self._json_decoders: dict[type, msgspec.json.Decoder] = {}
         self._msgpack_decoders: dict[type, msgspec.msgpack.Decoder] = {}
 
@@ -91,7 +96,13 @@ class MsgspecMapper(Mapper):
         if class_version > 1:
             state["class_version"] = class_version
         fmt = getattr(type(event), "PAYLOAD_FORMAT", None)  # a class may fix its own (snapshots: msgpack)
-        return self._encoders[fmt](state) if fmt is not None else self._encode(state)
+        if fmt is not None:
+            return self._encoders[fmt](state)
+        if self.sealer is not None:  # personal values sealed under their subjects' keys (ledger.sealer)
+            sealed = self.sealer.seal(event, state, type(event).TOPIC, lambda: self._encode(state))
+            if sealed is not None:
+                return self._encode(sealed)
+        return self._encode(state)
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         data = self.encode_payload(domain_event)
@@ -153,6 +164,29 @@ class MsgspecMapper(Mapper):
             cache[cls] = decoder
         return decoder
 
+    def _opened(self, stored: StoredEvent, data: bytes) -> bytes:
+        """The unsealed bytes of a payload sealed whole whose key is at hand; else the stored bytes."""
+        if self.sealer is None:
+            return data  # (refused by ``_unsealed``)
+        header = (JSON_HEADER if data[:1] == b"{" else MSGPACK_HEADER).decode(data)
+        oid = stored.originator_id if isinstance(stored.originator_id, UUID) else UUID(str(stored.originator_id))
+        try:
+            opened = self.sealer.opened(header.sealed, oid, stored.originator_version, stored.topic)
+        except ValueError as e:  # SealError: a changed record
+            raise CodecError(str(e)) from e
+        return data if opened is None else opened
+
+    def _unsealed(self, state: dict[str, Any], envelopes: list[Any], cls: type, stored: StoredEvent) -> dict[str, Any]:
+        """The decoded fields with their sealed values back (tombstones where a key was destroyed)."""
+        if self.sealer is None:
+            raise CodecError("its personal fields are sealed and this process has no master key "
+                             "(CHAT_LEDGER_MASTER_KEY: docs/privacy.md)")
+        oid = stored.originator_id if isinstance(stored.originator_id, UUID) else UUID(str(stored.originator_id))
+        try:
+            return self.sealer.unseal(state, envelopes, cls, oid, stored.originator_version, stored.topic)
+        except ValueError as e:  # SealError: a changed record
+            raise CodecError(str(e)) from e
+
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
         data = stored_event.state
         if self.cipher:
@@ -161,7 +195,12 @@ class MsgspecMapper(Mapper):
             data = self.compressor.decompress(data)
         oid = stored_event.originator_id
         try:
+            if is_sealed(data):  # sealed whole: decrypt and decode as usual (the fast way), else put values back
+                data = self._opened(stored_event, data)
             cls, state = self.decode_payload(stored_event.topic, data)
+            envelopes = state.pop("sealed")
+            if envelopes:
+                state = self._unsealed(state, envelopes, cls, stored_event)
         except CodecError as e:  # name the stream and version (formatted only when something failed)
             raise CodecError(f"{e} (in stream {oid} at version {stored_event.originator_version})") from e
         state["originator_id"] = oid if isinstance(oid, UUID) else UUID(str(oid))

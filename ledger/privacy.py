@@ -36,45 +36,72 @@ _SCALARS = (int, float, bool, UUID, datetime.datetime, datetime.date, bytes, typ
 
 def text_leaves(tp: Any, path: str = "", seen: frozenset[type] = frozenset()) -> Iterator[str]:
     """The paths under ``tp`` that can hold free text: ``str`` (not a ``Literal``), ``Any``, mappings."""
+    for leaf, _ in typed_text_leaves(tp, path, seen):
+        yield leaf
+
+
+def typed_text_leaves(tp: Any, path: str = "", seen: frozenset[type] = frozenset()) -> Iterator[tuple[str, str]]:
+    """``text_leaves`` with each one's kind: ``"str"``, ``"any"`` or ``"dict"`` (what a tombstone must be)."""
     origin = typing.get_origin(tp)
     if tp is Any or tp is str:
-        yield path
+        yield path, "any" if tp is Any else "str"
         return
     if origin is Literal or tp in _SCALARS or (isinstance(tp, type) and issubclass(tp, _SCALARS)):
         return
     if origin is typing.Annotated:
-        yield from text_leaves(typing.get_args(tp)[0], path, seen)
+        yield from typed_text_leaves(typing.get_args(tp)[0], path, seen)
         return
     if origin in (Union, types.UnionType):
         for arg in typing.get_args(tp):
-            yield from text_leaves(arg, path, seen)
+            yield from typed_text_leaves(arg, path, seen)
         return
     if origin in (list, tuple, set, frozenset):
         for arg in typing.get_args(tp):
             if arg is not Ellipsis:
-                yield from text_leaves(arg, f"{path}[]", seen)
+                yield from typed_text_leaves(arg, f"{path}[]", seen)
         return
     if origin is dict or tp is dict:
-        yield path  # keys and values a caller chose
+        yield path, "dict"  # keys and values a caller chose
         return
     if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
         if tp in seen:
             return
         hints = typing.get_type_hints(tp, include_extras=True)
         for name in tp.__struct_fields__:
-            yield from text_leaves(hints[name], f"{path}.{name}" if path else name, seen | {tp})
+            yield from typed_text_leaves(hints[name], f"{path}.{name}" if path else name, seen | {tp})
         return
     raise TypeError(f"{path}: no rule for the type {tp!r}")
 
 
 def event_text_fields(cls: type) -> list[str]:
     """The text paths of an event class's stored fields (not the columns: stream and version)."""
+    return list(event_text_kinds(cls))
+
+
+def event_text_kinds(cls: type) -> dict[str, str]:
+    """Each text path of an event class's stored fields and its kind (``typed_text_leaves``)."""
     hints = typing.get_type_hints(cls, include_extras=True)
-    out: list[str] = []
+    out: dict[str, str] = {}
     for f in dataclasses.fields(cls):
         if f.name in ("originator_id", "originator_version", "timestamp"):
             continue
-        out.extend(dict.fromkeys(text_leaves(hints.get(f.name, Any), f.name)))
+        for path, kind in typed_text_leaves(hints.get(f.name, Any), f.name):
+            out[path] = "any" if out.get(path, kind) != kind else kind  # (a union of kinds: any)
+    return out
+
+
+#: the events modules, each with its ``PERSONAL`` and ``NOT_PERSONAL`` declarations
+EVENT_MODULES = ("ledger.access.events", "ledger.catalog.events", "ledger.chat.events", "ledger.conversation.events",
+                 "ledger.toolcalls.events", "ledger.evidence.published", "ledger.imports")
+
+
+def personal_declarations() -> dict[type, dict[str, str]]:
+    """Every event class with personal fields -> its declaration (field path -> whose)."""
+    import importlib
+
+    out: dict[type, dict[str, str]] = {}
+    for name in EVENT_MODULES:
+        out.update(importlib.import_module(name).PERSONAL)
     return out
 
 

@@ -36,6 +36,9 @@ class Envelope(msgspec.Struct, array_like=True, frozen=True):
     places: list[list[str | int]]
     nonce: bytes
     box: bytes
+    #: the box holds the whole payload as it would be stored unsealed (an event whose personal values are all
+    #: one subject's: a reader decrypts it and decodes it as usual), not the list of the places' values
+    whole: bool = False
 
 
 class SealError(ValueError):
@@ -106,16 +109,56 @@ def targets(payload: dict[str, Any], declared: dict[str, str], owner: UUID | Non
     return out
 
 
-def _associated(event: bytes, subject: UUID, key: int, places: list[list[str | int]]) -> bytes:
-    return event + subject.bytes + key.to_bytes(4, "big") + msgspec.msgpack.encode(places)
+def _associated(event: bytes, subject: UUID, key: int, places: list[list[str | int]], whole: bool = False) -> bytes:
+    return event + subject.bytes + key.to_bytes(4, "big") + msgspec.msgpack.encode(places) + (b"W" if whole else b"")
+
+
+def seal_whole(payload: dict[str, Any], places: list[tuple[Place, UUID]], key: tuple[int, bytes], plain: bytes,
+               event: bytes, placeholder: Callable[[Place], Any] = lambda _: None) -> Envelope:
+    """One subject's event: the box holds ``plain`` (the payload's bytes as stored unsealed), the places get
+    their placeholders in ``payload`` (what a reader without the key still decodes)."""
+    (subject,) = {s for _, s in places}
+    number, secret = key
+    listed = [list(p) for p, _ in places]
+    nonce = os.urandom(12)
+    box = _aead(secret).encrypt(nonce, plain, _associated(event, subject, number, listed, True))
+    for p, _ in places:
+        _set(payload, p, placeholder(p))
+    return Envelope(subject, number, listed, nonce, box, True)
+
+
+def open_whole(envelope: Envelope, key: bytes, event: bytes) -> bytes:
+    """The payload's unsealed bytes from a whole envelope (``SealError`` when the box does not open)."""
+    from cryptography.exceptions import InvalidTag
+
+    try:
+        return _aead(key).decrypt(envelope.nonce, envelope.box, _associated(event, envelope.subject, envelope.key,
+                                                                            envelope.places, True))
+    except InvalidTag:
+        raise SealError(f"the sealed content of subject {envelope.subject} does not open under its key "
+                        f"{envelope.key}: the record was changed") from None
+
+
+_ciphers: dict[bytes, Any] = {}
+
+
+def _aead(key: bytes) -> Any:
+    """An AES-GCM object per key (made once: its key schedule is most of a small box's cost)."""
+    cipher = _ciphers.get(key)
+    if cipher is None:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        if len(_ciphers) > 10_000:
+            _ciphers.clear()
+        cipher = _ciphers[key] = AESGCM(key)
+    return cipher
 
 
 def seal(payload: dict[str, Any], places: list[tuple[Place, UUID]], key_of: Callable[[UUID], tuple[int, bytes]],
-         event: bytes) -> list[Envelope]:
+         event: bytes, placeholder: Callable[[Place], Any] = lambda _: None) -> list[Envelope]:
     """Move the values at ``places`` into one envelope per subject (``key_of(subject)``: the number and bytes of
-    the subject's current data key); their places become null. ``event``: the event's identity, bound to each box."""
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
+    the subject's current data key); their places get ``placeholder(place)`` (a value of the place's type, so
+    the payload still decodes as its class). ``event``: the event's identity, bound to each box."""
     by_subject: dict[UUID, list[Place]] = defaultdict(list)
     for place, subject in places:
         by_subject[subject].append(place)
@@ -125,20 +168,26 @@ def seal(payload: dict[str, Any], places: list[tuple[Place, UUID]], key_of: Call
         values = [_get(payload, p) for p in subject_places]
         listed = [list(p) for p in subject_places]
         nonce = os.urandom(12)
-        box = AESGCM(key).encrypt(nonce, msgspec.msgpack.encode(values), _associated(event, subject, number, listed))
+        box = _aead(key).encrypt(nonce, msgspec.msgpack.encode(values), _associated(event, subject, number, listed))
         for p in subject_places:
-            _set(payload, p, None)
+            _set(payload, p, placeholder(p))
         envelopes.append(Envelope(subject, number, listed, nonce, box))
     return envelopes
 
 
-def unseal(payload: dict[str, Any], envelopes: list[Envelope], key_of: Callable[[UUID, int], bytes | None],
-           event: bytes, tombstone: Callable[[Place], Any] = lambda _: ERASED) -> set[UUID]:
+def unseal(payload: Any, envelopes: list[Envelope], key_of: Callable[[UUID, int], bytes | None],
+           event: bytes, tombstone: Callable[[Place], Any] = lambda _: ERASED,
+           put: Callable[[Any, Place, Any], Any] | None = None) -> tuple[Any, set[UUID]]:
     """Put the sealed values back (``key_of(subject, number)``: the key's bytes, None once destroyed), or the
-    ``tombstone`` of each place whose key is gone; the subjects whose content was erased."""
+    ``tombstone`` of each place whose key is gone: the payload and the subjects whose content was erased.
+    ``put(payload, place, value)`` returns the payload with the value put (default: plain data, in place)."""
     from cryptography.exceptions import InvalidTag
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+    def in_place(target: Any, place: Place, value: Any) -> Any:
+        _set(target, place, value)
+        return target
+
+    put = put or in_place
     erased: set[UUID] = set()
     for e in envelopes:
         places = [tuple(p) for p in e.places]
@@ -146,10 +195,12 @@ def unseal(payload: dict[str, Any], envelopes: list[Envelope], key_of: Callable[
         if key is None:
             erased.add(e.subject)
             for p in places:
-                _set(payload, p, tombstone(p))
+                payload = put(payload, p, tombstone(p))
             continue
+        if e.whole:
+            raise SealError("a whole envelope is opened by open_whole, before decoding")
         try:
-            values = msgspec.msgpack.decode(AESGCM(key).decrypt(e.nonce, e.box, _associated(event, e.subject, e.key,
+            values = msgspec.msgpack.decode(_aead(key).decrypt(e.nonce, e.box, _associated(event, e.subject, e.key,
                                                                                                 e.places)))
         except InvalidTag:
             raise SealError(f"the sealed content of subject {e.subject} does not open under its key {e.key}: the "
@@ -157,5 +208,5 @@ def unseal(payload: dict[str, Any], envelopes: list[Envelope], key_of: Callable[
         if not isinstance(values, list) or len(values) != len(places):
             raise SealError("the sealed content does not match its places")
         for p, v in zip(places, values):
-            _set(payload, p, v)
-    return erased
+            payload = put(payload, p, v)
+    return payload, erased

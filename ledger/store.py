@@ -81,7 +81,17 @@ class ChatLedgerApp(Application[UUID]):
             raise LedgerError("invalid_setting", f"unknown payload format {payload_format!r}")
         self.payload_format = payload_format
         self.given_env = dict(env or {})
+        from ledger.subjectkeys import master_key
+
+        #: the master key (``CHAT_LEDGER_MASTER_KEY``): given, personal values are sealed (docs/privacy.md)
+        self.master_key = master_key()
         super().__init__(env)
+        if self.master_key is not None:
+            from ledger.sealer import Sealer
+
+            self.mapper.sealer = Sealer(self, self.master_key)  # type: ignore[attr-defined]
+        else:
+            self._refuse_sealed_ledger()
         self.cached_repository = self.construct_cached_repository()
         #: called with the recordings of every save of this object, in the saving thread, after its commit
         #: (the library's ``_notify`` hook): the ledger service's log watcher streams this process's
@@ -124,9 +134,26 @@ class ChatLedgerApp(Application[UUID]):
             pool.reconnect_timeout = CONNECT_TIMEOUT
         return factory
 
+    def _refuse_sealed_ledger(self) -> None:
+        """A ledger that seals personal values (it has subjects' keys) is not opened without its master key:
+        such a process could read none of the content, and would record new content unsealed."""
+        from ledger.subjectkeys import MASTER_ENV, KeyRing
+
+        try:
+            sealed = KeyRing.exists(self)
+        except (PersistenceError, sqlite3.Error):
+            return  # (a ledger that cannot be read says so at its first read)
+        if sealed:
+            self.close()
+            raise LedgerError("master_key_required", f"this ledger seals people's data: give its master key "
+                                                     f"({MASTER_ENV} or {MASTER_ENV}_FILE; docs/privacy.md)")
+
     def construct_snapshot_store(self) -> Any:
         """The library's snapshot store, or None when its table cannot be made (a ledger written before
-        snapshots, opened read-only by a writer: its commands are then refused one by one, as before)."""
+        snapshots, opened read-only by a writer: its commands are then refused one by one, as before). None too
+        when personal values are sealed: a snapshot would hold them unsealed (docs/privacy.md)."""
+        if self.master_key is not None:
+            return None
         try:
             return super().construct_snapshot_store()
         except (PersistenceError, sqlite3.Error):

@@ -82,16 +82,35 @@ class KeyRing:
     def __init__(self, app: Any, master: bytes) -> None:
         from eventsourcing.sqlite import SQLiteDatastore
 
-        self.datastore = app.recorder.datastore
+        #: None: an in-memory ledger (the library's POPO recorders), whose keys live in ``_memory``
+        self.datastore = getattr(app.recorder, "datastore", None)
+        self._memory: dict[tuple[UUID, int], bytes | None] = {}
         self.sqlite = isinstance(self.datastore, SQLiteDatastore)
-        self.table = "subject_keys" if self.sqlite else f'"{self.datastore.schema}".subject_keys'
+        self.table = "subject_keys" if self.sqlite else f'"{getattr(self.datastore, "schema", "")}".subject_keys'
         self.p = "?" if self.sqlite else "%s"
         self.master = master
         self._lock = threading.Lock()
         self._made = False
 
+    @staticmethod
+    def exists(app: Any) -> bool:
+        """Whether the ledger of ``app`` has a key table (it seals personal values)."""
+        from eventsourcing.sqlite import SQLiteDatastore
+
+        datastore = getattr(app.recorder, "datastore", None)
+        if datastore is None:
+            return False
+        with datastore.transaction(commit=False) as c:
+            if isinstance(datastore, SQLiteDatastore):
+                c.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'subject_keys'")
+            else:
+                c.execute("SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename = 'subject_keys'",
+                          (datastore.schema,))
+            row = c.fetchone()
+        return bool(row[0] if not isinstance(row, dict) else next(iter(row.values())))
+
     def ensure(self) -> None:
-        if self._made:
+        if self._made or self.datastore is None:
             return
         blob, subject = ("BLOB", "TEXT") if self.sqlite else ("bytea", "uuid")
         with self.datastore.transaction(commit=True) as c:
@@ -103,6 +122,8 @@ class KeyRing:
         return subject.hex if self.sqlite else subject
 
     def _rows(self, subject: UUID) -> list[tuple[int, bytes | None]]:
+        if self.datastore is None:
+            return sorted((n, w) for (s, n), w in self._memory.items() if s == subject)
         with self.datastore.transaction(commit=False) as c:
             c.execute(f"SELECT number, wrapped FROM {self.table} WHERE subject = {self.p} ORDER BY number",
                       (self._subject(subject),))
@@ -122,6 +143,10 @@ class KeyRing:
                 return number, unwrap(self.master, subject, number, wrapped)
             number = rows[-1][0] + 1 if rows else 1
             key = os.urandom(32)
+            if self.datastore is None:
+                with self._lock:
+                    self._memory.setdefault((subject, number), wrap(self.master, subject, number, key))
+                continue  # (read back: another thread may have made it first)
             try:
                 with self.datastore.transaction(commit=True) as c:
                     c.execute(f"INSERT INTO {self.table} (subject, number, wrapped, created_at) VALUES "
@@ -143,6 +168,11 @@ class KeyRing:
     def destroy(self, subject: UUID) -> list[int]:
         """Destroy every key of the subject (overwritten, marked destroyed); the numbers destroyed now."""
         self.ensure()
+        if self.datastore is None:
+            with self._lock:
+                gone = [n for (s, n), w in self._memory.items() if s == subject and w is not None]
+                self._memory.update({(subject, n): None for n in gone})
+            return sorted(gone)
         with self.datastore.transaction(commit=True) as c:
             if self.sqlite:
                 c.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed, not left readable in the file

@@ -1,0 +1,142 @@
+"""Issue 28, point 2, wired: a ledger opened with a master key stores every personal value sealed under its
+subject's key, on SQLite and PostgreSQL, and reads it back transparently; the hash chains and the Merkle log cover
+what is stored, so destroying one subject's keys leaves the ledger verifying, that subject's content reading
+``[erased]`` and everyone else's intact. By hypothesis: a sealed ledger replays to the states a plain one does."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ledger.errors import LedgerError
+from ledger.sealing import ERASED
+from ledger.store import ChatLedgerApp, open_app
+from ledger.subjectkeys import MASTER_ENV, KeyRing, new_master_key
+from tests.audit.kit import cli
+from tests.catalog.kit import ALICE, BOB, ORG, org_with, run
+
+MARKERS = ("alice-asks-7f3a", "model-says-91c2", "bob-writes-55e0", "title-of-alice-c4d1")
+
+
+@pytest.fixture
+def master(monkeypatch) -> str:
+    key = new_master_key()
+    monkeypatch.setenv(MASTER_ENV, key)
+    return key
+
+
+def record(app) -> str:
+    org_with(app)
+    chat = run(app, type="create_chat", organization_id=ORG, owner_id=ALICE, text=MARKERS[0])["chat_id"]
+    run(app, type="commit_step", chat_id=chat, messages=[{"role": "assistant", "parts": [
+        {"type": "text", "text": MARKERS[1]}]}])
+    run(app, type="finish_turn", chat_id=chat)
+    run(app, type="send_message", chat_id=chat, text=MARKERS[2], created_by=BOB)  # BOB's words in ALICE's chat
+    run(app, type="set_title", chat_id=chat, title=MARKERS[3])
+    return chat
+
+
+def stored_payloads(app) -> list[bytes]:
+    return [bytes(n.state) for n in app.recorder.select_notifications(start=1, limit=100_000)]
+
+
+def texts(app, chat: str) -> list[str]:
+    """The texts of the chat's messages and its last title, as its events read."""
+    events = app.stream(uuid.UUID(chat))
+    said = [p.text for e in events for m in getattr(e, "messages", None) or () for p in m.parts if hasattr(p, "text")]
+    return said + [[e.title for e in events if hasattr(e, "title")][-1]]
+
+
+def test_a_sealed_ledger_stores_no_personal_value_and_erasing_one_subject_keeps_it_verifying(db_url, master,
+                                                                                             tmp_path, monkeypatch):
+    app = open_app(db_url)
+    try:
+        chat = record(app)
+        payloads = stored_payloads(app)
+        assert not [m for m in MARKERS for p in payloads if m.encode() in p]  # sealed, every one
+        assert sum(p.startswith(b'{"sealed":') for p in payloads) >= 4
+        assert texts(app, chat) == [MARKERS[0], MARKERS[1], MARKERS[2], MARKERS[3]]  # read back
+    finally:
+        app.close()
+    cli(db_url, "keys", "create", "k", "--dir", str(tmp_path))
+    checkpoint = tmp_path / "cp.json"
+    cli(db_url, "events", "checkpoint", "--key", str(tmp_path / "k.key"), "-o", str(checkpoint))
+
+    app = open_app(db_url)
+    try:
+        assert KeyRing(app, app.master_key).destroy(uuid.UUID(BOB)) == [1]
+    finally:
+        app.close()
+    app = open_app(db_url)  # (a process that never held BOB's key)
+    try:
+        assert texts(app, chat) == [MARKERS[0], MARKERS[1], ERASED, MARKERS[3]]
+        assert stored_payloads(app) == payloads  # not a stored byte changed
+    finally:
+        app.close()
+    report = json.loads(cli(db_url, "events", "verify", "--json", "--no-projections", "--checkpoint", str(checkpoint),
+                            "--public-key", str(tmp_path / "k.pub")).stdout)
+    assert report["ok"], report["anomalies"][:3]
+
+    monkeypatch.delenv(MASTER_ENV)
+    with pytest.raises(LedgerError) as e:
+        open_app(db_url)
+    assert e.value.code == "master_key_required"
+
+
+words = st.text(alphabet="abcdefghijklmnopqrstuvwxyz éß\u202e€", min_size=1, max_size=30).filter(str.strip)
+scripts = st.lists(st.tuples(st.sampled_from([None, ALICE, BOB]), words), min_size=1, max_size=6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(scripts, words)
+def test_a_sealed_ledger_replays_to_what_a_plain_one_does(script, title) -> None:
+    """The same commands in a ledger sealing personal values and in one that does not: every chat state the
+    same, event for event; the sealed one's stored payloads hold none of the texts (beyond what is not personal)."""
+    import os
+
+    states = []
+    for key in (new_master_key(), None):
+        if key:
+            os.environ[MASTER_ENV] = key
+        else:
+            os.environ.pop(MASTER_ENV, None)
+        try:
+            app = ChatLedgerApp(env={"PERSISTENCE_MODULE": "eventsourcing.popo"})
+        finally:
+            os.environ.pop(MASTER_ENV, None)
+        try:
+            org_with(app)
+            chat = run(app, type="create_chat", organization_id=ORG, owner_id=ALICE, text=script[0][1],
+                       chat_id=str(uuid.UUID(int=99)))["chat_id"]
+            for author, text in script[1:]:
+                run(app, type="commit_step", chat_id=chat, messages=[{"role": "assistant", "parts": [
+                    {"type": "text", "text": text}]}]) if author is None else \
+                    run(app, type="send_message", chat_id=chat, text=text, created_by=author, busy_behavior="queue")
+            run(app, type="set_title", chat_id=chat, title=title)
+            events = app.stream(uuid.UUID(chat))
+            states.append([(type(e).__name__, _timeless(vars(e))) for e in events])
+            if key:
+                assert app.mapper.sealer is not None
+        finally:
+            app.close()
+    assert states[0] == states[1]
+
+
+def _timeless(value):
+    """``value`` as plain data with every time left out (each ledger recorded at its own clock)."""
+    import datetime
+
+    import msgspec
+
+    def strip(v):
+        if isinstance(v, dict):
+            return {k: strip(x) for k, x in v.items() if not isinstance(x, datetime.datetime) and k != "timestamp"}
+        if isinstance(v, list):
+            return [strip(x) for x in v]
+        return v
+
+    return strip(msgspec.to_builtins(value, builtin_types=(datetime.datetime,)))
