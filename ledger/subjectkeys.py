@@ -95,28 +95,26 @@ class KeyRing:
     @staticmethod
     def exists(app: Any) -> bool:
         """Whether the ledger of ``app`` has a key table (it seals personal values)."""
-        from eventsourcing.sqlite import SQLiteDatastore
-
         datastore = getattr(app.recorder, "datastore", None)
-        if datastore is None:
-            return False
-        with datastore.transaction(commit=False) as c:
-            if isinstance(datastore, SQLiteDatastore):
-                c.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'subject_keys'")
-            else:
-                c.execute("SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename = 'subject_keys'",
-                          (datastore.schema,))
-            row = c.fetchone()
-        return bool(row[0] if not isinstance(row, dict) else next(iter(row.values())))
+        return datastore is not None and table_exists(datastore)
 
     def ensure(self) -> None:
         if self._made or self.datastore is None:
             return
+        from eventsourcing.persistence import PersistenceError
+
         blob, subject = ("BLOB", "TEXT") if self.sqlite else ("bytea", "uuid")
-        with self.datastore.transaction(commit=True) as c:
-            c.execute(f"CREATE TABLE IF NOT EXISTS {self.table} (subject {subject} NOT NULL, number integer NOT NULL, "
-                      f"wrapped {blob}, created_at text NOT NULL, destroyed_at text, PRIMARY KEY (subject, number))")
+        try:
+            with self.datastore.transaction(commit=True) as c:
+                c.execute(f"CREATE TABLE IF NOT EXISTS {self.table} (subject {subject} NOT NULL, number integer NOT "
+                          f"NULL, wrapped {blob}, created_at text NOT NULL, destroyed_at text, "
+                          "PRIMARY KEY (subject, number))")
+        except PersistenceError:  # PostgreSQL: another process made it at the same moment (its catalog's key)
+            if not table_exists(self.datastore):
+                raise
         self._made = True
+
+
 
     def _subject(self, subject: UUID) -> Any:
         return subject.hex if self.sqlite else subject
@@ -187,6 +185,20 @@ class KeyRing:
                 c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                 c.execute("BEGIN")
         return numbers
+
+
+def table_exists(datastore: Any) -> bool:
+    """Whether the datastore's ledger has ``subject_keys``."""
+    from eventsourcing.sqlite import SQLiteDatastore
+
+    with datastore.transaction(commit=False) as c:
+        if isinstance(datastore, SQLiteDatastore):
+            c.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'subject_keys'")
+        else:
+            c.execute("SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename = 'subject_keys'",
+                      (datastore.schema,))
+        row = c.fetchone()
+    return bool(row[0] if not isinstance(row, dict) else next(iter(row.values())))
 
 
 def _now() -> str:
