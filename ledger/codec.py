@@ -22,7 +22,7 @@ import msgspec
 from eventsourcing.persistence import Mapper, MapperDeserialisationError, StoredEvent, Transcoder
 
 from ledger.base import TOPICS
-from ledger.sealer import JSON_HEADER, MSGPACK_HEADER, is_sealed
+from ledger.sealer import is_sealed, sealed_header
 from ledger.sealing import Envelope
 
 FORMATS = ("json", "msgpack")
@@ -168,10 +168,12 @@ class MsgspecMapper(Mapper):
         """The unsealed bytes of a payload sealed whole whose key is at hand; else the stored bytes."""
         if self.sealer is None:
             return data  # (refused by ``_unsealed``)
-        header = (JSON_HEADER if data[:1] == b"{" else MSGPACK_HEADER).decode(data)
+        envelopes = sealed_header(data)
+        if envelopes is None:
+            return data  # several subjects' envelopes: decoded, then unsealed place by place
         oid = stored.originator_id if isinstance(stored.originator_id, UUID) else UUID(str(stored.originator_id))
         try:
-            opened = self.sealer.opened(header.sealed, oid, stored.originator_version, stored.topic)
+            opened = self.sealer.opened(envelopes, oid, stored.originator_version, stored.topic)
         except ValueError as e:  # SealError: a changed record
             raise CodecError(str(e)) from e
         return data if opened is None else opened

@@ -37,8 +37,27 @@ class SealedHeader(msgspec.Struct):
     sealed: list[Envelope]
 
 
-JSON_HEADER = msgspec.json.Decoder(SealedHeader)
-MSGPACK_HEADER = msgspec.msgpack.Decoder(SealedHeader)
+_MSGPACK_HEADER = msgspec.msgpack.Decoder(SealedHeader)
+_JSON_ENVELOPES = msgspec.json.Decoder(list[Envelope])
+#: how the envelope list of a payload sealed whole ends in JSON (array-like, ``whole`` last; no place, nonce or
+#: box can hold a comma or a bracket, so its first occurrence ends the list)
+_WHOLE_END = b",true]],"
+
+
+def sealed_header(data: bytes) -> list[Envelope] | None:
+    """The envelopes of a payload sealed whole, read from its first bytes only (JSON: the list ends at
+    ``_WHOLE_END``; the rest is not parsed); None when it is not one envelope sealed whole."""
+    if data[:1] == b"{":
+        end = data.find(_WHOLE_END, len(_JSON_PREFIX))
+        if end < 0:
+            return None
+        try:  # (a match past the envelopes, in the clear fields of a payload sealed place by place, is no list)
+            envelopes = _JSON_ENVELOPES.decode(data[len(_JSON_PREFIX):end + len(_WHOLE_END) - 1])
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+    else:
+        envelopes = _MSGPACK_HEADER.decode(data).sealed
+    return envelopes if len(envelopes) == 1 and envelopes[0].whole else None
 def event_identity(stream_id: UUID, version: int, topic: str) -> bytes:
     """What each box of an event is bound to."""
     return stream_id.bytes + version.to_bytes(8, "big", signed=True) + topic.encode()

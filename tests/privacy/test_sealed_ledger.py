@@ -140,3 +140,13 @@ def _timeless(value):
         return v
 
     return strip(msgspec.to_builtins(value, builtin_types=(datetime.datetime,)))
+
+
+def test_a_payload_sealed_place_by_place_is_not_taken_for_one_sealed_whole() -> None:
+    """The fast reading of a whole envelope's header never misreads another payload: one sealed per subject
+    whose clear fields happen to hold the bytes that end a whole envelope's list."""
+    from ledger.sealer import sealed_header
+
+    stored = b'{"sealed":[["' + str(uuid.UUID(int=1)).encode() + b'",1,[["title"]],"AAAA","AAAA",false]],' \
+             b'"limits":{"x":[[1,true]],"y":2}}'
+    assert sealed_header(stored) is None
