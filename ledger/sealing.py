@@ -17,6 +17,7 @@ so destroying a key changes no stored byte.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import defaultdict
 from typing import Any, Callable, Iterator
@@ -45,19 +46,20 @@ class SealError(ValueError):
     """An envelope that does not open under the key it names: the record was changed."""
 
 
-def _steps(declared: str) -> list[str]:
-    """``"messages[].parts[].text"`` -> ``["messages", "[]", "parts", "[]", "text"]``."""
+@functools.lru_cache(maxsize=1024)
+def _steps(declared: str) -> tuple[str, ...]:
+    """``"messages[].parts[].text"`` -> ``("messages", "[]", "parts", "[]", "text")`` (declarations are few: kept)."""
     out: list[str] = []
     for part in declared.split("."):
         name, brackets = part.rstrip("[]"), (len(part) - len(part.rstrip("[]"))) // 2
         out.append(name)
         out.extend(["[]"] * brackets)
-    return out
+    return tuple(out)
 
 
 def expand(payload: Any, declared: str) -> Iterator[Place]:
     """The places of ``declared`` present in ``payload`` (a missing or null field has none)."""
-    def walk(node: Any, steps: list[str], at: Place) -> Iterator[Place]:
+    def walk(node: Any, steps: tuple[str, ...], at: Place) -> Iterator[Place]:
         if node is None:
             return
         if not steps:
@@ -94,18 +96,51 @@ def author_of(payload: Any, place: Place) -> UUID | None:
     return UUID(str(found)) if found is not None else None
 
 
+_LEAF = "\0"  # (a trie's end: the declared path's whose)
+
+
+@functools.lru_cache(maxsize=256)
+def _trie(declared: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """The declared paths as one trie of steps, so a payload is walked once for all of them."""
+    root: dict[str, Any] = {}
+    for path, whose in declared:
+        node = root
+        for step in _steps(path):
+            node = node.setdefault(step, {})
+        node[_LEAF] = whose
+    return root
+
+
 def targets(payload: dict[str, Any], declared: dict[str, str], owner: UUID | None,
             actor: UUID | None) -> list[tuple[Place, UUID]]:
-    """Each personal place of ``payload`` and its subject: ``owner`` (the stream's), ``author`` (the enclosing
-    message's ``created_by``, else the owner), ``actor`` (the event's, else the owner). A place with no subject
-    to key it (a stream with no owner) is left out."""
-    out = []
-    for path, whose in declared.items():
-        for place in expand(payload, path):
-            subject = (owner if whose == "owner" else (author_of(payload, place) or owner) if whose == "author"
-                       else actor or owner)
+    """Each personal place of ``payload`` (a null one has none) and its subject: ``owner`` (the stream's),
+    ``author`` (the enclosing message's ``created_by``, else the owner), ``actor`` (the event's, else the owner).
+    A place with no subject to key it (a stream with no owner) is left out."""
+    out: list[tuple[Place, UUID]] = []
+
+    def walk(node: Any, trie: dict[str, Any], at: Place, author: UUID | None) -> None:
+        if node is None:
+            return
+        whose = trie.get(_LEAF)
+        if whose is not None:
+            subject = owner if whose == "owner" else (author or owner) if whose == "author" else actor or owner
             if subject is not None:
-                out.append((place, subject))
+                out.append((at, subject))
+            return
+        if isinstance(node, list):
+            inner = trie.get("[]")
+            if inner is not None:
+                for i, item in enumerate(node):
+                    walk(item, inner, (*at, i), author)
+            return
+        if isinstance(node, dict):
+            if node.get("created_by"):
+                author = UUID(str(node["created_by"]))
+            for step, inner in trie.items():
+                if step != _LEAF and step != "[]" and step in node:
+                    walk(node[step], inner, (*at, step), author)
+
+    walk(payload, _trie(tuple(declared.items())), (), None)
     return out
 
 

@@ -45,7 +45,7 @@ from commands.tools.bench_kit import _drop, _fresh_url, _sibling
 
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
 KINDS = ("replay", "rebuild", "throughput", "concurrent", "views", "service", "longchat", "chain", "search", "startup",
-         "writepath", "evidence")
+         "writepath", "evidence", "privacy")
 
 
 def _in_child(kind: str, url: str, events: int, *extra: str) -> dict[str, Any]:
@@ -119,6 +119,13 @@ def run_bench(backends: list[str], pg_url: str, rebuild_events: int, small_event
                     r["evidence"] = _in_child("evidence", url, throughput_commands, *sizes)
                 finally:
                     for u in (url, _sibling(url, "arm1"), _sibling(url, "arm2"), *(_sibling(url, f"ev{n}") for n in sizes)):
+                        _drop(u)
+            if "privacy" in only:  # sealing people's data (commands/tools/bench_privacy.py)
+                url = _fresh_url(backend, pg_url, tmp)
+                try:
+                    r["privacy"] = _in_child("privacy", url, throughput_commands)
+                finally:
+                    for u in (url, _sibling(url, "sealed"), _sibling(url, "gp"), _sibling(url, "gs")):
                         _drop(u)
             if "writepath" in only and backend == "postgres":  # beside pgbench (commands/tools/bench_writepath.py)
                 url = _fresh_url(backend, pg_url, tmp)
@@ -270,6 +277,17 @@ def print_table(results: dict[str, Any]) -> None:
                            f"{z['consistency_ms_median']:>16} {'':>7} {'':>7}")
                 click.echo(f"{backend:<9} {'  proof nodes (incl/cons), ' + ev:<34} {z['inclusion_nodes_max']:>16} "
                            f"{z['consistency_nodes_max']:>16} {'':>7} {'log n':>7}")
+        if "privacy" in r:
+            x = r["privacy"]
+            click.echo(f"{backend:<9} {'commands, sealed vs plain (cmd/s)':<34} {x['commands_per_s']['sealed']:>16,} "
+                       f"{x['commands_per_s']['plain']:>16,} {x['command_throughput_ratio']:>7.2f} {'>=0.85':>7}")
+            p, s = x["ledgers"]["plain"], x["ledgers"]["sealed"]
+            click.echo(f"{backend:<9} {'rebuild ' + format(p['events'], ',') + ' ev, sealed vs plain (s)':<34} "
+                       f"{s['rebuild_s']:>16} {p['rebuild_s']:>16} {x['rebuild_ratio']:>7.2f} {'>=0.85':>7}")
+            click.echo(f"{backend:<9} {'scan+decode, sealed vs plain (s)':<34} {s['scan_decode_s']:>16} "
+                       f"{p['scan_decode_s']:>16} {x['scan_decode_ratio']:>7.2f} {'':>7}")
+            click.echo(f"{backend:<9} {'stored bytes, sealed vs plain':<34} {s['stored_bytes']:>16,} "
+                       f"{p['stored_bytes']:>16,} {x['stored_size_ratio']:>7.2f} {'':>7}")
         if "concurrent" in r:
             x = r["concurrent"]
             for mode in ("distinct", "contended"):

@@ -162,6 +162,7 @@ if __name__ == "__main__":
     kind, url, events = sys.argv[1], sys.argv[2], int(sys.argv[3])
     from commands.tools.bench_chain import child_chain
     from commands.tools.bench_evidence import child_evidence
+    from commands.tools.bench_privacy import child_privacy
     from commands.tools.bench_service import child_service
     from commands.tools.bench_views import child_views
     from commands.tools.bench_writepath import child_writepath
@@ -170,5 +171,6 @@ if __name__ == "__main__":
     fn = {"rebuild": child_rebuild, "generate": child_generate, "replay": child_replay,
           "throughput": child_throughput, "concurrent": child_concurrent, "views": child_views,
           "service": child_service, "longchat": child_longchat, "firstcmd": child_firstcmd,
-          "chain": child_chain, "writepath": child_writepath, "evidence": child_evidence}[kind]
+          "chain": child_chain, "writepath": child_writepath, "evidence": child_evidence,
+          "privacy": child_privacy}[kind]
     print(json.dumps(fn(url, events, *map(int, sys.argv[4:]))))  # type: ignore[operator]

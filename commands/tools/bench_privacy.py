@@ -1,0 +1,79 @@
+"""Benchmark child of sealing people's data (issue 28, point 7; ``chat-ledger bench --only privacy``, run by
+``commands.tools.bench_children``): the same commands through the handler into a ledger opened with a master key
+(every personal value sealed: ``ledger.sealer``) and into one without, chunk by chunk in ABBA order; then the same
+generated events in two fresh ledgers, each scanned and decoded and its chat views rebuilt (best of 2)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from commands.tools.bench_kit import _drop, _scan_decode, _sibling
+from commands.tools.bench_writes import _workload_commands
+
+
+def _open(url: str, master: str | None) -> Any:
+    from ledger.store import open_app
+    from ledger.subjectkeys import MASTER_ENV
+
+    if master:
+        os.environ[MASTER_ENV] = master
+    try:
+        return open_app(url)
+    finally:
+        os.environ.pop(MASTER_ENV, None)
+
+
+def child_privacy(url: str, commands: int, events: int = 30_000, rounds: int = 8) -> dict[str, Any]:
+    from commands.handler import execute
+    from commands.tools.workload import generate, setup_catalogs
+    from ledger.subjectkeys import new_master_key
+    from projections import open_backend, rebuild
+    from projections.chats import chat_projections
+
+    master = new_master_key()
+    urls = {"plain": url, "sealed": _sibling(url, "sealed")}
+    apps = {arm: _open(u, master if arm == "sealed" else None) for arm, u in urls.items()}
+    for app in apps.values():
+        setup_catalogs(app)
+    cmds = _workload_commands(commands)
+    spent = dict.fromkeys(apps, 0.0)
+    size = max(1, len(cmds) // rounds)
+    for k, i in enumerate(range(0, len(cmds), size)):
+        for arm in (("plain", "sealed") if k % 2 == 0 else ("sealed", "plain")):
+            t = time.perf_counter()
+            for c in cmds[i:i + size]:
+                execute(apps[arm], c)
+            spent[arm] += time.perf_counter() - t
+    for app in apps.values():
+        app.close()
+    out: dict[str, Any] = {"commands": len(cmds), "commands_per_s": {k: round(len(cmds) / v) for k, v in spent.items()},
+                           "command_throughput_ratio": round(spent["plain"] / spent["sealed"], 3)}
+    gen = {"plain": _sibling(url, "gp"), "sealed": _sibling(url, "gs")}
+    measured: dict[str, dict[str, float]] = {}
+    try:
+        for arm, u in gen.items():
+            app = _open(u, master if arm == "sealed" else None)
+            generate(app, events, interleave=50)
+            scanned, scan_s = min((_scan_decode(app) for _ in range(2)), key=lambda x: x[1])
+            backend = open_backend(u)
+            best = float("inf")
+            for _ in range(2):
+                t = time.perf_counter()
+                rebuild(app, chat_projections(app)[0], backend, batch_size=500)
+                best = min(best, time.perf_counter() - t)
+            backend.close()
+            stored = sum(len(bytes(n.state)) for n in app.recorder.select_notifications(start=1, limit=events * 2))
+            measured[arm] = {"events": scanned, "scan_decode_s": round(scan_s, 3), "rebuild_s": round(best, 3),
+                             "stored_bytes": stored}
+            app.close()
+    finally:
+        for u in gen.values():
+            _drop(u)
+        _drop(urls["sealed"])
+    out.update({"ledgers": measured,
+                "scan_decode_ratio": round(measured["plain"]["scan_decode_s"] / measured["sealed"]["scan_decode_s"], 3),
+                "rebuild_ratio": round(measured["plain"]["rebuild_s"] / measured["sealed"]["rebuild_s"], 3),
+                "stored_size_ratio": round(measured["sealed"]["stored_bytes"] / measured["plain"]["stored_bytes"], 3)})
+    return out
