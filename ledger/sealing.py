@@ -3,9 +3,11 @@ as plain data (the dicts, lists and strings msgspec encodes), with AES-256-GCM f
 
 * ``targets(payload, declared, owner, actor)``: the concrete places (``("messages", 0, "parts", 1, "text")``) of an
   event's personal fields (its module's ``PERSONAL`` declaration, ``ledger.privacy``) and whose each is;
-* ``seal``: each subject's values go into one **envelope** — the subject, the key's number, the places (structure,
-  not content: in clear), a nonce, and the AES-GCM box of the values — and their places in the payload become
-  ``null``. The event's own identity (stream, version, topic) and the envelope's subject, key and places are the
+* ``seal_whole`` (an event whose personal values are all one subject's: the box holds the whole payload as it
+  would be stored unsealed, so a reader decrypts and decodes it as before: ``open_whole``) or ``seal`` (each
+  subject's values in its own envelope): an **envelope** is the subject, the key's number, the places (structure,
+  not content: in clear), a nonce and the AES-GCM box; the places in the payload get a placeholder of their type.
+  The event's own identity (stream, version, topic) and the envelope's subject, key and places are the
   box's associated data, so a box cannot be moved to another event, subject or place;
 * ``unseal``: the values back in their places, or, where the subject's key was destroyed, a tombstone
   (``ERASED``, of the place's kind). A box that does not open under a key that exists is an error, never a
@@ -20,7 +22,7 @@ from __future__ import annotations
 import functools
 import os
 from collections import defaultdict
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 from uuid import UUID
 
 import msgspec
@@ -57,25 +59,6 @@ def _steps(declared: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def expand(payload: Any, declared: str) -> Iterator[Place]:
-    """The places of ``declared`` present in ``payload`` (a missing or null field has none)."""
-    def walk(node: Any, steps: tuple[str, ...], at: Place) -> Iterator[Place]:
-        if node is None:
-            return
-        if not steps:
-            yield at
-            return
-        step, rest = steps[0], steps[1:]
-        if step == "[]":
-            if isinstance(node, list):
-                for i, item in enumerate(node):
-                    yield from walk(item, rest, (*at, i))
-        elif isinstance(node, dict) and step in node:
-            yield from walk(node[step], rest, (*at, step))
-
-    yield from walk(payload, _steps(declared), ())
-
-
 def _get(payload: Any, place: Place) -> Any:
     for step in place:
         payload = payload[step]
@@ -84,16 +67,6 @@ def _get(payload: Any, place: Place) -> Any:
 
 def _set(payload: Any, place: Place, value: Any) -> None:
     _get(payload, place[:-1])[place[-1]] = value
-
-
-def author_of(payload: Any, place: Place) -> UUID | None:
-    """The ``created_by`` of the innermost object around ``place`` that names one (a message, a queued prompt)."""
-    found, node = None, payload
-    for step in place[:-1]:
-        node = node[step]
-        if isinstance(node, dict) and node.get("created_by"):
-            found = node["created_by"]
-    return UUID(str(found)) if found is not None else None
 
 
 _LEAF = "\0"  # (a trie's end: the declared path's whose)
