@@ -100,8 +100,8 @@ class MsgspecMapper(Mapper):
             return self._encoders[fmt](state)
         if self.sealer is not None:  # personal values sealed under their subjects' keys (ledger.sealer)
             sealed = self.sealer.seal(event, state, type(event).TOPIC, lambda: self._encode(state))
-            if sealed is not None:
-                return self._encode(sealed)
+            if sealed is not None:  # msgpack whatever the format: its boxes are binary (no base64), nobody reads it
+                return self._encoders["msgpack"](sealed)
         return self._encode(state)
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
