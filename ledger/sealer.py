@@ -22,13 +22,13 @@ from ledger.sealing import ERASED, Envelope, Place, open_whole, seal, seal_whole
 from ledger.subjectkeys import KeyRing
 
 SEALED_KEY = "sealed"
-_JSON_PREFIX = b'{"sealed":'
 _MSGPACK_KEY = b"\xa6sealed"  # (msgpack's fixstr of the key, right after the map's header)
 
 
 def is_sealed(data: bytes) -> bool:
-    """Whether a stored payload is sealed (its first key is ``sealed``: cheap enough for every event read)."""
-    return data.startswith(_JSON_PREFIX) or (data[:1] != b"{" and _MSGPACK_KEY in data[1:10])
+    """Whether a stored payload is sealed: msgpack (whatever the ledger's format) whose first key is ``sealed``
+    (cheap enough for every event read)."""
+    return data[:1] != b"{" and _MSGPACK_KEY in data[1:10]
 
 
 class SealedHeader(msgspec.Struct):
@@ -37,27 +37,16 @@ class SealedHeader(msgspec.Struct):
     sealed: list[Envelope]
 
 
-_MSGPACK_HEADER = msgspec.msgpack.Decoder(SealedHeader)
-_JSON_ENVELOPES = msgspec.json.Decoder(list[Envelope])
-#: how the envelope list of a payload sealed whole ends in JSON (array-like, ``whole`` last; no place, nonce or
-#: box can hold a comma or a bracket, so its first occurrence ends the list)
-_WHOLE_END = b",true]],"
+_HEADER = msgspec.msgpack.Decoder(SealedHeader)
 
 
 def sealed_header(data: bytes) -> list[Envelope] | None:
-    """The envelopes of a payload sealed whole, read from its first bytes only (JSON: the list ends at
-    ``_WHOLE_END``; the rest is not parsed); None when it is not one envelope sealed whole."""
-    if data[:1] == b"{":
-        end = data.find(_WHOLE_END, len(_JSON_PREFIX))
-        if end < 0:
-            return None
-        try:  # (a match past the envelopes, in the clear fields of a payload sealed place by place, is no list)
-            envelopes = _JSON_ENVELOPES.decode(data[len(_JSON_PREFIX):end + len(_WHOLE_END) - 1])
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return None
-    else:
-        envelopes = _MSGPACK_HEADER.decode(data).sealed
+    """The envelopes of a payload sealed whole (the clear fields skipped, not decoded); None when it is not one
+    envelope sealed whole."""
+    envelopes = _HEADER.decode(data).sealed
     return envelopes if len(envelopes) == 1 and envelopes[0].whole else None
+
+
 def event_identity(stream_id: UUID, version: int, topic: str) -> bytes:
     """What each box of an event is bound to."""
     return stream_id.bytes + version.to_bytes(8, "big", signed=True) + topic.encode()
@@ -70,11 +59,11 @@ class Sealer:
         self.app = app
         self.keys = KeyRing(app, master)
         self.declared = personal_declarations()
-        self._tombstones: dict[type, dict[str, Any]] = {}
+        self._kinds_of: dict[type, dict[str, str]] = {}  # event class -> its text paths' kinds
         self._owners: OrderedDict[UUID, UUID | None] = OrderedDict()
         self._owners_max = owners_cache
         self._lock = threading.Lock()
-        #: (subject, number) -> key bytes (None: destroyed); dropped by ``forget`` when a subject is erased
+        #: (subject, number) -> key bytes (None: destroyed), for this process's life (no command destroys keys yet)
         self._keys: dict[tuple[UUID, int], bytes | None] = {}
         self._current: dict[UUID, tuple[int, bytes]] = {}
 
@@ -91,12 +80,6 @@ class Sealer:
         if (subject, number) not in self._keys:
             self._keys[subject, number] = self.keys.get(subject, number)
         return self._keys[subject, number]
-
-    def forget(self, subject: UUID) -> None:
-        """Drop what this process holds of the subject's keys (after they were destroyed)."""
-        self._current.pop(subject, None)
-        for k in [k for k in self._keys if k[0] == subject]:
-            del self._keys[k]
 
     # -- whose ---------------------------------------------------------------------------------------------------
 
@@ -156,8 +139,7 @@ class Sealer:
         payload = msgspec.to_builtins(state)
         stream = event.originator_id
         places = targets(payload, declared, self.owner_of(stream, event), getattr(event, "actor", None))
-        places = [(p, s) for p, s in places if _value(payload, p) is not None]
-        if not places:
+        if not places:  # (``targets`` leaves out null places)
             return None
         kinds = self._kinds(type(event))
         identity = event_identity(stream, event.originator_version, topic)
@@ -180,9 +162,9 @@ class Sealer:
         return None if key is None else open_whole(e, key, event_identity(stream_id, version, topic))
 
     def _kinds(self, cls: type) -> dict[str, str]:
-        kinds = self._tombstones.get(cls)
+        kinds = self._kinds_of.get(cls)
         if kinds is None:
-            kinds = self._tombstones[cls] = event_text_kinds(cls)
+            kinds = self._kinds_of[cls] = event_text_kinds(cls)
         return kinds
 
     def unseal(self, state: dict[str, Any], envelopes: list[Envelope], cls: type, stream_id: UUID, version: int,
@@ -210,12 +192,6 @@ def _put(target: Any, place: Place, value: Any) -> Any:
         return target
     return msgspec.structs.replace(target, **{str(step): _put(getattr(target, str(step)), rest, value) if rest
                                               else value})
-
-
-def _value(payload: Any, place: Place) -> Any:
-    for step in place:
-        payload = payload[step]
-    return payload
 
 
 def _declared_path(place: Place) -> str:

@@ -145,10 +145,21 @@ def _timeless(value):
 
 
 def test_a_payload_sealed_place_by_place_is_not_taken_for_one_sealed_whole() -> None:
-    """The fast reading of a whole envelope's header never misreads another payload: one sealed per subject
-    whose clear fields happen to hold the bytes that end a whole envelope's list."""
-    from ledger.sealer import sealed_header
+    """Reading a stored payload's envelopes (``sealed_header``) gives the fast path only one envelope sealed
+    whole: not an envelope of values, not several, and never a plain payload."""
+    import msgspec
 
-    stored = b'{"sealed":[["' + str(uuid.UUID(int=1)).encode() + b'",1,[["title"]],"AAAA","AAAA",false]],' \
-             b'"limits":{"x":[[1,true]],"y":2}}'
-    assert sealed_header(stored) is None
+    from ledger.sealer import is_sealed, sealed_header
+    from ledger.sealing import Envelope
+
+    def stored(*envelopes: Envelope) -> bytes:
+        return msgspec.msgpack.encode({"sealed": msgspec.to_builtins(list(envelopes), builtin_types=(bytes,)),
+                                       "limits": {"x": [[1, True]], "y": 2}})
+
+    one = Envelope(uuid.UUID(int=1), 1, [["title"]], b"n" * 12, b"box", False)
+    whole = Envelope(uuid.UUID(int=1), 1, [["title"]], b"n" * 12, b"box", True)
+    assert is_sealed(stored(one)) and not is_sealed(msgspec.json.encode({"title": "t"}))
+    assert not is_sealed(msgspec.msgpack.encode({"title": "t"}))
+    assert sealed_header(stored(one)) is None
+    assert sealed_header(stored(one, msgspec.structs.replace(one, subject=uuid.UUID(int=2)))) is None
+    assert sealed_header(stored(whole)) == [whole]
