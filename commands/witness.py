@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from commands.evidence import utc_now
-from ledger.evidence.checkpoint import Checkpoint, EvidenceError, check_signature, cosign_checkpoint
+from ledger.evidence.checkpoint import Checkpoint, EvidenceError, check_signature, cosign_checkpoint, key_id
 from ledger.evidence.witness import split_view
 
 #: how long one request to a log may take
@@ -120,10 +120,7 @@ class Witness:
         if seen is None or shown.log_size > seen.log_size:
             self.state.seen = shown
             self.state.write(self.state_path)  # remembered before it is cosigned: never cosign what is forgotten
-        mine = self.key.public_key()
-        from ledger.evidence.checkpoint import key_id
-
-        if any(c.get("witness_key_id") == key_id(mine) for c in document.get("cosignatures", [])):
+        if any(c.get("witness_key_id") == key_id(self.key.public_key()) for c in document.get("cosignatures", [])):
             return {"log": url, "unchanged": shown.log_size, "root_hash": shown.root_hash}
         cosignature = cosign_checkpoint(self.key, shown, utc_now())
         try:

@@ -191,6 +191,16 @@ def _chain_cost(backend: str, pg_url: str, tmp: str, commands: int) -> dict[str,
             _drop(u)
 
 
+def _row(backend: str, measure: str, figure: Any, baseline: Any = "", ratio: float | None = None,
+         target: str = "") -> None:
+    """One line of the table: counts with thousands separators, other figures as they are."""
+    def cell(v: Any) -> str:
+        return format(v, ",") if isinstance(v, int) and not isinstance(v, bool) else str(v)
+
+    shown = "" if ratio is None else format(ratio, ".2f")
+    click.echo(f"{backend:<9} {measure:<34} {cell(figure):>16} {cell(baseline):>16} {shown:>7} {target:>7}")
+
+
 def print_table(results: dict[str, Any]) -> None:
     click.echo(f"{'backend':<9} {'measure':<34} {'figure':>16} {'baseline':>16} {'ratio':>7} {'target':>7}")
     for name, x in results.get("startup", {}).items():
@@ -261,33 +271,28 @@ def print_table(results: dict[str, Any]) -> None:
         if "evidence" in r:
             x = r["evidence"]
             for arm, ratio in x["command_throughput_ratio"].items():
-                click.echo(f"{backend:<9} {'commands, checkpoint ' + arm + ' vs none':<34} "
-                           f"{x['commands_per_s'][arm]:>16,} {x['commands_per_s']['none']:>16,} {ratio:>7.2f} "
-                           f"{'>=0.9':>7}")
+                _row(backend, f"commands, checkpoint {arm} vs none", x["commands_per_s"][arm],
+                     x["commands_per_s"]["none"], ratio, ">=0.9")
             for n, z in x["sizes"].items():
                 ev = format(int(n), ",")
                 if "rebuild_ratio" in z:
-                    click.echo(f"{backend:<9} {'rebuild s, tree vs none, ' + ev:<34} {z['rebuild_s']['with_tree']:>16} "
-                               f"{z['rebuild_s']['without_tree']:>16} {z['rebuild_ratio']:>7.2f} {'~1':>7}")
-                click.echo(f"{backend:<9} {'first checkpoint s, ' + ev + ' ev':<34} {z['first_checkpoint_s']:>16} "
-                           f"{'scan ' + str(z['scan_decode_s']):>16} {'':>7} {'':>7}")
-                click.echo(f"{backend:<9} {'next checkpoint s (+1,000 ev), ' + ev:<34} {z['next_checkpoint_s']:>16} "
-                           f"{'':>16} {'':>7} {'<2':>7}")
-                click.echo(f"{backend:<9} {'inclusion / consistency ms, ' + ev:<34} {z['inclusion_ms_median']:>16} "
-                           f"{z['consistency_ms_median']:>16} {'':>7} {'':>7}")
-                click.echo(f"{backend:<9} {'  proof nodes (incl/cons), ' + ev:<34} {z['inclusion_nodes_max']:>16} "
-                           f"{z['consistency_nodes_max']:>16} {'':>7} {'log n':>7}")
+                    _row(backend, f"rebuild s, tree vs none, {ev}", z["rebuild_s"]["with_tree"],
+                         z["rebuild_s"]["without_tree"], z["rebuild_ratio"], "~1")
+                _row(backend, f"first checkpoint s, {ev} ev", z["first_checkpoint_s"], f"scan {z['scan_decode_s']}")
+                _row(backend, f"next checkpoint s (+1,000 ev), {ev}", z["next_checkpoint_s"], target="<2")
+                _row(backend, f"inclusion / consistency ms, {ev}", z["inclusion_ms_median"], z["consistency_ms_median"])
+                _row(backend, f"  proof nodes (incl/cons), {ev}", z["inclusion_nodes_max"], z["consistency_nodes_max"],
+                     target="log n")
         if "privacy" in r:
             x = r["privacy"]
-            click.echo(f"{backend:<9} {'commands, sealed vs plain (cmd/s)':<34} {x['commands_per_s']['sealed']:>16,} "
-                       f"{x['commands_per_s']['plain']:>16,} {x['command_throughput_ratio']:>7.2f} {'>=0.85':>7}")
             p, s = x["ledgers"]["plain"], x["ledgers"]["sealed"]
-            click.echo(f"{backend:<9} {'rebuild ' + format(p['events'], ',') + ' ev, sealed vs plain (s)':<34} "
-                       f"{s['rebuild_s']:>16} {p['rebuild_s']:>16} {x['rebuild_ratio']:>7.2f} {'>=0.85':>7}")
-            click.echo(f"{backend:<9} {'scan+decode, sealed vs plain (s)':<34} {s['scan_decode_s']:>16} "
-                       f"{p['scan_decode_s']:>16} {x['scan_decode_ratio']:>7.2f} {'':>7}")
-            click.echo(f"{backend:<9} {'stored bytes, sealed vs plain':<34} {s['stored_bytes']:>16,} "
-                       f"{p['stored_bytes']:>16,} {x['stored_size_ratio']:>7.2f} {'':>7}")
+            _row(backend, "commands, sealed vs plain (cmd/s)", x["commands_per_s"]["sealed"], x["commands_per_s"]["plain"],
+                 x["command_throughput_ratio"], ">=0.85")
+            _row(backend, f"rebuild {p['events']:,} ev, sealed vs plain (s)", s["rebuild_s"], p["rebuild_s"],
+                 x["rebuild_ratio"], ">=0.85")
+            _row(backend, "scan+decode, sealed vs plain (s)", s["scan_decode_s"], p["scan_decode_s"],
+                 x["scan_decode_ratio"])
+            _row(backend, "stored bytes, sealed vs plain", s["stored_bytes"], p["stored_bytes"], x["stored_size_ratio"])
         if "concurrent" in r:
             x = r["concurrent"]
             for mode in ("distinct", "contended"):
