@@ -216,11 +216,10 @@ def prove_inclusion(app: Any, stream_id: UUID, version: int, checkpoint_path: Pa
 def _inclusion(tree: StoredTree, stream_id: UUID, version: int, size: int) -> dict[str, Any] | None:
     """The inclusion proof of a stream's event in the tree's first ``size`` leaves (None: it is not among them),
     carrying the entry as stored."""
-    found = tree.stored_event(stream_id, version)
-    index = tree.leaf_index(found[0]) if found is not None else None
-    if found is None or index is None or index >= size:
+    found = tree.leaf_of(stream_id, version)
+    if found is None or found[0] >= size:
         return None
-    _, topic, state = found
+    index, topic, state = found
     return inclusion_document(size, index, str(stream_id), version, topic, state,
                               tree.batched(lambda node: inclusion_proof(node, index, size)))
 
@@ -285,9 +284,8 @@ def covered_versions(tree: StoredTree, stream_id: UUID, last_version: int, size:
     """How many of a stream's first versions are among the log's first ``size`` entries (a stream's events are
     in the log in version order, so it is a prefix: found by bisection, O(log n) keyed reads)."""
     def covered(version: int) -> bool:
-        found = tree.stored_event(stream_id, version)
-        index = tree.leaf_index(found[0]) if found is not None else None
-        return index is not None and index < size
+        found = tree.leaf_of(stream_id, version)
+        return found is not None and found[0] < size
 
     lo, hi = 0, last_version  # the answer is in [lo, hi]
     while lo < hi:

@@ -128,21 +128,18 @@ class StoredTree:
                 out[int(level), int(idx)] = bytes(h)
         return out
 
-    def leaf_index(self, notification_id: int) -> int | None:
-        rows = self._rows(f"SELECT idx FROM {self.sql.prefix}merkle_leaves WHERE notification_id = {self.sql.p}",
-                          (notification_id,))
-        return int(rows[0][0]) if rows else None
-
-    def stored_event(self, stream_id: UUID, version: int) -> tuple[int, str, bytes] | None:
-        """``(notification id, topic, stored payload)`` of a stream's event at ``version`` (None: no such event):
-        one row read by the events table's key."""
-        events = self.app.recorder.events_table_name
+    def leaf_of(self, stream_id: UUID, version: int) -> tuple[int, str, bytes] | None:
+        """``(leaf index, topic, stored payload)`` of a stream's event at ``version``; None when there is no such
+        event or the tree does not hold it yet: one select, by the events table's key and the leaves' key."""
+        events, leaves = self.app.recorder.events_table_name, f"{self.sql.prefix}merkle_leaves"
         if self.sql.sqlite:
-            rows = self._rows(f"SELECT rowid, topic, state FROM {events} WHERE originator_id = ? "
-                              "AND originator_version = ?", (stream_id.hex, version))
+            rows = self._rows(f"SELECT l.idx, e.topic, e.state FROM {events} e JOIN {leaves} l "
+                              "ON l.notification_id = e.rowid WHERE e.originator_id = ? AND e.originator_version = ?",
+                              (stream_id.hex, version))
         else:
-            rows = self._rows(f'SELECT notification_id, topic, state FROM {self.sql.prefix}"{events}" '
-                              "WHERE originator_id = %s AND originator_version = %s", (stream_id, version))
+            rows = self._rows(f'SELECT l.idx, e.topic, e.state FROM {self.sql.prefix}"{events}" e JOIN {leaves} l '
+                              "ON l.notification_id = e.notification_id WHERE e.originator_id = %s "
+                              "AND e.originator_version = %s", (stream_id, version))
         return (int(rows[0][0]), rows[0][1], bytes(rows[0][2])) if rows else None
 
     def leaves(self, upto: int) -> Iterator[tuple[int, int, bytes]]:
