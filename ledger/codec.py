@@ -164,28 +164,25 @@ class MsgspecMapper(Mapper):
             cache[cls] = decoder
         return decoder
 
-    def _opened(self, stored: StoredEvent, data: bytes) -> bytes:
+    def _opened(self, stored: StoredEvent, stream: UUID, data: bytes) -> bytes:
         """The unsealed bytes of a payload sealed whole whose key is at hand; else the stored bytes."""
-        if self.sealer is None:
-            return data  # (refused by ``_unsealed``)
         envelopes = sealed_header(data)
         if envelopes is None:
             return data  # several subjects' envelopes: decoded, then unsealed place by place
-        oid = stored.originator_id if isinstance(stored.originator_id, UUID) else UUID(str(stored.originator_id))
         try:
-            opened = self.sealer.opened(envelopes, oid, stored.originator_version, stored.topic)
+            opened = self.sealer.opened(envelopes, stream, stored.originator_version, stored.topic)
         except ValueError as e:  # SealError: a changed record
             raise CodecError(str(e)) from e
         return data if opened is None else opened
 
-    def _unsealed(self, state: dict[str, Any], envelopes: list[Any], cls: type, stored: StoredEvent) -> dict[str, Any]:
+    def _unsealed(self, state: dict[str, Any], envelopes: list[Any], cls: type, stored: StoredEvent,
+                  stream: UUID) -> dict[str, Any]:
         """The decoded fields with their sealed values back (tombstones where a key was destroyed)."""
         if self.sealer is None:
             raise CodecError("its personal fields are sealed and this process has no master key "
                              "(CHAT_LEDGER_MASTER_KEY: docs/privacy.md)")
-        oid = stored.originator_id if isinstance(stored.originator_id, UUID) else UUID(str(stored.originator_id))
         try:
-            return self.sealer.unseal(state, envelopes, cls, oid, stored.originator_version, stored.topic)
+            return self.sealer.unseal(state, envelopes, cls, stream, stored.originator_version, stored.topic)
         except ValueError as e:  # SealError: a changed record
             raise CodecError(str(e)) from e
 
@@ -196,16 +193,17 @@ class MsgspecMapper(Mapper):
         if self.compressor:
             data = self.compressor.decompress(data)
         oid = stored_event.originator_id
+        stream = oid if isinstance(oid, UUID) else UUID(str(oid))
         try:
-            if is_sealed(data):  # sealed whole: decrypt and decode as usual (the fast way), else put values back
-                data = self._opened(stored_event, data)
+            if self.sealer is not None and is_sealed(data):  # sealed whole: decrypt and decode as usual (fast)
+                data = self._opened(stored_event, stream, data)
             cls, state = self.decode_payload(stored_event.topic, data)
             envelopes = state.pop("sealed")
-            if envelopes:
-                state = self._unsealed(state, envelopes, cls, stored_event)
+            if envelopes:  # several subjects' values, or a destroyed key: put values (or tombstones) back
+                state = self._unsealed(state, envelopes, cls, stored_event, stream)
         except CodecError as e:  # name the stream and version (formatted only when something failed)
             raise CodecError(f"{e} (in stream {oid} at version {stored_event.originator_version})") from e
-        state["originator_id"] = oid if isinstance(oid, UUID) else UUID(str(oid))
+        state["originator_id"] = stream
         state["originator_version"] = stored_event.originator_version
         event = object.__new__(cls)
         object.__setattr__(event, "__dict__", state)
