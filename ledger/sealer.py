@@ -11,6 +11,7 @@ without a master key) is stored as before.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from typing import Any, Callable
 from uuid import UUID
@@ -55,28 +56,60 @@ def event_identity(stream_id: UUID, version: int, topic: str) -> bytes:
 class Sealer:
     """Seals and unseals the personal fields of one application's events."""
 
+    #: how often (seconds) a process asks whether keys were destroyed elsewhere (another process's erasure): the
+    #: longest a key destroyed by another process is still used from this one's memory
+    REFRESH = 1.0
+
     def __init__(self, app: Any, master: bytes, owners_cache: int = 100_000) -> None:
         self.app = app
         self.keys = KeyRing(app, master)
         self.declared = personal_declarations()
         self._kinds_of: dict[type, dict[str, str]] = {}  # event class -> its text paths' kinds
-        self._owners: OrderedDict[UUID, UUID | None] = OrderedDict()
+        self._whose: OrderedDict[UUID, tuple[UUID | None, UUID]] = OrderedDict()  # stream -> (owner, scope)
         self._owners_max = owners_cache
         self._lock = threading.Lock()
-        #: (subject, number) -> key bytes (None: destroyed), for this process's life (no command destroys keys yet)
+        #: (subject, number) -> key bytes (None: destroyed); (subject, scope) -> the current key: kept until a key
+        #: is destroyed (``refresh``: this process's erasures at once, another's within ``REFRESH`` seconds)
         self._keys: dict[tuple[UUID, int], bytes | None] = {}
-        self._current: dict[UUID, tuple[int, bytes]] = {}
+        self._current: dict[tuple[UUID, UUID], tuple[int, bytes]] = {}
+        self._epoch: Any = None
+        self._checked = 0.0
+        #: called (no arguments) when keys were destroyed: whatever else holds decrypted content drops it
+        self.on_erasure: list[Callable[[], None]] = []
 
     # -- keys ----------------------------------------------------------------------------------------------------
 
-    def _current_key(self, subject: UUID) -> tuple[int, bytes]:
-        found = self._current.get(subject)
+    def refresh(self, force: bool = False) -> bool:
+        """Drop the keys kept in memory when any key was destroyed since they were read (asked of the database at
+        most every ``REFRESH`` seconds, or now with ``force``); True when they were dropped."""
+        now = time.monotonic()
+        if not force and now - self._checked < self.REFRESH:
+            return False
+        self._checked = now
+        epoch = self.keys.epoch()
+        if epoch == self._epoch:
+            return False
+        first = self._epoch is None
+        self._epoch = epoch
+        if first:
+            return False
+        with self._lock:
+            self._keys.clear()
+            self._current.clear()
+        for drop in self.on_erasure:
+            drop()
+        return True
+
+    def _current_key(self, subject: UUID, scope: UUID) -> tuple[int, bytes]:
+        self.refresh()
+        found = self._current.get((subject, scope))
         if found is None:
-            found = self._current[subject] = self.keys.current(subject)
+            found = self._current[subject, scope] = self.keys.current(subject, scope)
             self._keys[subject, found[0]] = found[1]
         return found
 
     def _key(self, subject: UUID, number: int) -> bytes | None:
+        self.refresh()
         if (subject, number) not in self._keys:
             self._keys[subject, number] = self.keys.get(subject, number)
         return self._keys[subject, number]
@@ -85,29 +118,34 @@ class Sealer:
 
     def owner_of(self, stream_id: UUID, event: Any = None) -> UUID | None:
         """The user a stream's content belongs to: a chat's owner, a tool call's chat's, a conversation's user."""
+        return self.whose(stream_id, event)[0]
+
+    def whose(self, stream_id: UUID, event: Any = None) -> tuple[UUID | None, UUID]:
+        """The stream's owner (``owner_of``) and the scope of its keys: the chat (for a tool-call execution, its
+        chat's), the conversation, else the stream itself."""
         from ledger.chat.events import ChatCreated
         from ledger.conversation.events import ConversationStarted
         from ledger.toolcalls.events import ToolCallExecutionOpened
 
         with self._lock:
-            if stream_id in self._owners:
-                return self._owners[stream_id]
-        owner: UUID | None
+            if stream_id in self._whose:
+                return self._whose[stream_id]
+        found: tuple[UUID | None, UUID]
         if isinstance(event, ChatCreated):
-            owner = event.owner_id
+            found = (event.owner_id, stream_id)
         elif isinstance(event, ToolCallExecutionOpened):
-            owner = self.owner_of(event.chat_id)
+            found = (self.owner_of(event.chat_id), event.chat_id)
         elif isinstance(event, ConversationStarted):
-            owner = event.actor
+            found = (event.actor, stream_id)
         else:
-            owner = self._owner_from_first_event(stream_id)
+            found = self._from_first_event(stream_id)
         with self._lock:
-            self._owners[stream_id] = owner
-            if len(self._owners) > self._owners_max:
-                self._owners.popitem(last=False)
-        return owner
+            self._whose[stream_id] = found
+            if len(self._whose) > self._owners_max:
+                self._whose.popitem(last=False)
+        return found
 
-    def _owner_from_first_event(self, stream_id: UUID) -> UUID | None:
+    def _from_first_event(self, stream_id: UUID) -> tuple[UUID | None, UUID]:
         """From the stream's first stored event, its fields as stored (ids are never sealed)."""
         from ledger.chat.events import ChatCreated
         from ledger.conversation.events import ConversationStarted
@@ -115,17 +153,18 @@ class Sealer:
 
         stored = self.app.recorder.select_events(stream_id, lte=1)
         if not stored:
-            return None
+            return None, stream_id
         data = bytes(stored[0].state)
         raw = msgspec.json.decode(data) if data[:1] == b"{" else msgspec.msgpack.decode(data)
         topic = stored[0].topic
         if topic == ChatCreated.TOPIC:
-            return UUID(str(raw["owner_id"]))
+            return UUID(str(raw["owner_id"])), stream_id
         if topic == ToolCallExecutionOpened.TOPIC:
-            return self.owner_of(UUID(str(raw["chat_id"])))
+            chat = UUID(str(raw["chat_id"]))
+            return self.owner_of(chat), chat
         if topic == ConversationStarted.TOPIC and raw.get("actor"):
-            return UUID(str(raw["actor"]))
-        return None
+            return UUID(str(raw["actor"])), stream_id
+        return None, stream_id
 
     # -- the codec's two steps --------------------------------------------------------------------------------
 
@@ -138,7 +177,8 @@ class Sealer:
             return None
         payload = msgspec.to_builtins(state)
         stream = event.originator_id
-        places = targets(payload, declared, self.owner_of(stream, event), getattr(event, "actor", None))
+        owner, scope = self.whose(stream, event)
+        places = targets(payload, declared, owner, getattr(event, "actor", None))
         if not places:  # (``targets`` leaves out null places)
             return None
         kinds = self._kinds(type(event))
@@ -146,10 +186,10 @@ class Sealer:
         placeholder = lambda place: _PLACEHOLDER[kinds.get(_declared_path(place), "any")]()  # noqa: E731
         subjects = {s for _, s in places}
         if len(subjects) == 1:
-            envelopes = [seal_whole(payload, places, self._current_key(next(iter(subjects))), plain(), identity,
-                                    placeholder)]
+            envelopes = [seal_whole(payload, places, self._current_key(next(iter(subjects)), scope), plain(),
+                                    identity, placeholder)]
         else:
-            envelopes = seal(payload, places, self._current_key, identity, placeholder)
+            envelopes = seal(payload, places, lambda subject: self._current_key(subject, scope), identity, placeholder)
         return {SEALED_KEY: msgspec.to_builtins(envelopes, builtin_types=(bytes,)), **payload}
 
     def opened(self, envelopes: list[Envelope], stream_id: UUID, version: int, topic: str) -> bytes | None:

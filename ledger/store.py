@@ -90,6 +90,8 @@ class ChatLedgerApp(Application[UUID]):
             from ledger.sealer import Sealer
 
             self.mapper.sealer = Sealer(self, self.master_key)  # type: ignore[attr-defined]
+            # a cached aggregate may hold content whose key was destroyed since: drop them all (erasures are rare)
+            self.mapper.sealer.on_erasure.append(self._drop_cache)  # type: ignore[attr-defined]
         else:
             self._refuse_sealed_ledger()
         self.cached_repository = self.construct_cached_repository()
@@ -107,6 +109,16 @@ class ChatLedgerApp(Application[UUID]):
         lock_timeout = self.env.get("SQLITE_LOCK_TIMEOUT")
         if pool is not None and lock_timeout and hasattr(pool, "pool_timeout"):
             pool.pool_timeout = max(float(pool.pool_timeout), float(lock_timeout))
+
+    def _drop_cache(self) -> None:
+        self.cached_repository = self.construct_cached_repository()
+
+    def refresh_keys(self) -> None:
+        """Forget every key and decrypted aggregate this process keeps, when a key was destroyed since it read
+        them (now, not within ``Sealer.REFRESH`` seconds): what reads after an erasure calls first."""
+        sealer = getattr(self.mapper, "sealer", None)
+        if sealer is not None:
+            sealer.refresh(force=True)
 
     def reopen(self) -> ChatLedgerApp:
         """A new application object on the same database, with connections of its own, creating nothing

@@ -1,8 +1,8 @@
 """Each data subject's keys, wrapped by the ledger's master key (issue 28, point 2; docs/privacy.md).
 
-A subject (a user) has data keys numbered from 1: its content is sealed under the current one
-(``ledger.sealing``). Keys live in a table of their own beside the events — ``subject_keys(subject, number,
-wrapped, created_at, destroyed_at)``, never in an event — each AES-256-GCM-wrapped under the **master key**, with
+A subject (a user) has data keys numbered from 1, one per **scope** (the chat or conversation whose content it
+seals): its content there is sealed under the current one (``ledger.sealing``). Keys live in a table of their own
+beside the events — ``subject_keys(subject, number, scope, wrapped, created_at, destroyed_at)``, never in an event — each AES-256-GCM-wrapped under the **master key**, with
 the subject and number as associated data (a wrapped key copied to another row does not unwrap). The master key is
 given to the ledger, never stored by it: ``CHAT_LEDGER_MASTER_KEY`` (base64 of 32 bytes) or the file named by
 ``CHAT_LEDGER_MASTER_KEY_FILE`` (the same, one line).
@@ -18,7 +18,7 @@ import os
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 MASTER_ENV, MASTER_FILE_ENV = "CHAT_LEDGER_MASTER_KEY", "CHAT_LEDGER_MASTER_KEY_FILE"
@@ -77,19 +77,29 @@ def unwrap(master: bytes, subject: UUID, number: int, wrapped: bytes) -> bytes:
 
 
 class KeyRing:
-    """The subject keys of one ledger application (its events' datastore), unwrapped on use."""
+    """The subject keys of one ledger application (its events' datastore), unwrapped on use.
+
+    A key has a **scope**: the stream whose content it seals (a chat — its tool calls' executions too — or a
+    conversation). A subject writing in several chats has a key per chat, so the content of one chat can be
+    erased (retention) without the subject's other chats, and the erasure of a subject names the chats it
+    touched (the views to rewrite). Keys made before scopes existed have none (null)."""
 
     def __init__(self, app: Any, master: bytes) -> None:
         from eventsourcing.sqlite import SQLiteDatastore
 
-        #: None: an in-memory ledger (the library's POPO recorders), whose keys live in ``_memory``
+        #: None: an in-memory ledger (the library's POPO recorders), whose keys live in an in-memory SQLite
         self.datastore = getattr(app.recorder, "datastore", None)
-        self._memory: dict[tuple[UUID, int], bytes | None] = {}
-        self.sqlite = isinstance(self.datastore, SQLiteDatastore)
+        self.sqlite = self.datastore is None or isinstance(self.datastore, SQLiteDatastore)
         self.table = "subject_keys" if self.sqlite else f'"{getattr(self.datastore, "schema", "")}".subject_keys'
         self.p = "?" if self.sqlite else "%s"
+        self.same = "IS" if self.sqlite else "IS NOT DISTINCT FROM"  # (null-safe equality)
         self.master = master
         self._lock = threading.Lock()
+        self._memory: Any = None
+        if self.datastore is None:
+            import sqlite3
+
+            self._memory = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
         self._made = False
 
     @staticmethod
@@ -98,93 +108,219 @@ class KeyRing:
         datastore = getattr(app.recorder, "datastore", None)
         return datastore is not None and table_exists(datastore)
 
+    # -- SQL, on the ledger's datastore (or the in-memory database) ----------------------------------------------
+
+    def _sql(self, statements: list[tuple[str, tuple[Any, ...]]], commit: bool = False) -> list[tuple[Any, ...]]:
+        """Run the statements in one transaction; the rows of the last one, as tuples."""
+        if self._memory is not None:
+            with self._lock:
+                c = self._memory.cursor()
+                c.execute("BEGIN")
+                try:
+                    for sql, params in statements:
+                        c.execute(sql, params)
+                    rows = c.fetchall()
+                except BaseException:
+                    c.execute("ROLLBACK")
+                    raise
+                c.execute("COMMIT")
+                return rows
+        with self.datastore.transaction(commit=commit) as c:
+            for sql, params in statements:
+                c.execute(sql, params)
+            rows = c.fetchall() if statements[-1][0].startswith(("SELECT", "PRAGMA table_info")) else []
+        return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows]
+
     def ensure(self) -> None:
-        if self._made or self.datastore is None:
+        """Make the table and its indexes (once per process; several processes at once: the losers of PostgreSQL's
+        catalog race try again, finding them made)."""
+        if self._made:
             return
         from eventsourcing.persistence import PersistenceError
 
-        blob, subject = ("BLOB", "TEXT") if self.sqlite else ("bytea", "uuid")
-        try:
-            with self.datastore.transaction(commit=True) as c:
-                c.execute(f"CREATE TABLE IF NOT EXISTS {self.table} (subject {subject} NOT NULL, number integer NOT "
-                          f"NULL, wrapped {blob}, created_at text NOT NULL, destroyed_at text, "
-                          "PRIMARY KEY (subject, number))")
-        except PersistenceError:  # PostgreSQL: another process made it at the same moment (its catalog's key)
-            if not table_exists(self.datastore):
-                raise
+        blob, uuid, t = ("BLOB", "TEXT", self.table) if self.sqlite else ("bytea", "uuid", self.table)
+        ddl = [f"CREATE TABLE IF NOT EXISTS {t} (subject {uuid} NOT NULL, number integer NOT NULL, wrapped {blob}, "
+               f"created_at text NOT NULL, destroyed_at text, scope {uuid}, PRIMARY KEY (subject, number))",
+               f"CREATE INDEX IF NOT EXISTS subject_keys_scope ON {t} (scope)",
+               f"CREATE INDEX IF NOT EXISTS subject_keys_destroyed ON {t} (destroyed_at)",
+               # one live key per subject and scope, however many processes make one at once
+               f"CREATE UNIQUE INDEX IF NOT EXISTS subject_keys_live ON {t} (subject, scope) WHERE wrapped IS NOT NULL"]
+        for attempt in range(5):
+            try:
+                if self._memory is None and table_exists(self.datastore) and not self._has_scope():
+                    # a table made before keys had scopes (the first build of issue 28)
+                    self._sql([(f"ALTER TABLE {t} ADD COLUMN scope {uuid}", ())], commit=True)
+                self._sql([(statement, ()) for statement in ddl], commit=True)
+                break
+            except PersistenceError:  # PostgreSQL: another process made one of them at the same moment
+                if attempt == 4:
+                    raise
         self._made = True
 
+    def _has_scope(self) -> bool:
+        if self.sqlite:
+            return any(r[1] == "scope" for r in self._sql([(f"PRAGMA table_info({self.table})", ())]))
+        return bool(self._sql([("SELECT count(*) FROM information_schema.columns WHERE table_schema = %s AND "
+                                "table_name = 'subject_keys' AND column_name = 'scope'", (self.datastore.schema,))])[0][0])
 
+    def _id(self, value: UUID | None) -> Any:
+        return None if value is None else value.hex if self.sqlite else value
 
-    def _subject(self, subject: UUID) -> Any:
-        return subject.hex if self.sqlite else subject
+    @staticmethod
+    def _uuid(value: Any) -> UUID | None:
+        return None if value is None else value if isinstance(value, UUID) else UUID(str(value))
 
-    def _rows(self, subject: UUID) -> list[tuple[int, bytes | None]]:
-        if self.datastore is None:
-            return sorted((n, w) for (s, n), w in self._memory.items() if s == subject)
-        with self.datastore.transaction(commit=False) as c:
-            c.execute(f"SELECT number, wrapped FROM {self.table} WHERE subject = {self.p} ORDER BY number",
-                      (self._subject(subject),))
-            return [(int(r["number"] if isinstance(r, dict) else r[0]),
-                     (lambda w: None if w is None else bytes(w))(r["wrapped"] if isinstance(r, dict) else r[1]))
-                    for r in c.fetchall()]
+    # -- the keys ------------------------------------------------------------------------------------------------
 
-    def current(self, subject: UUID) -> tuple[int, bytes]:
-        """The subject's current key (made when it has none, or only destroyed ones): its number and bytes."""
+    def current(self, subject: UUID, scope: UUID) -> tuple[int, bytes]:
+        """The subject's current key for ``scope`` (made when it has none there, or only destroyed ones): its
+        number and bytes. Numbers run per subject, across scopes."""
         from eventsourcing.persistence import IntegrityError
 
         self.ensure()
+        p, s = self.p, self._id(subject)
         for _ in range(10):
-            rows = self._rows(subject)
-            if rows and rows[-1][1] is not None:
-                number, wrapped = rows[-1]
-                return number, unwrap(self.master, subject, number, wrapped)
-            number = rows[-1][0] + 1 if rows else 1
+            rows = self._sql([(f"SELECT number, wrapped FROM {self.table} WHERE subject = {p} AND scope {self.same} "
+                               f"{p} AND wrapped IS NOT NULL ORDER BY number DESC LIMIT 1", (s, self._id(scope)))])
+            if rows:
+                return int(rows[0][0]), unwrap(self.master, subject, int(rows[0][0]), bytes(rows[0][1]))
+            top = self._sql([(f"SELECT max(number) FROM {self.table} WHERE subject = {p}", (s,))])
+            number = int(top[0][0] or 0) + 1
             key = os.urandom(32)
-            if self.datastore is None:
-                with self._lock:
-                    self._memory.setdefault((subject, number), wrap(self.master, subject, number, key))
-                continue  # (read back: another thread may have made it first)
             try:
-                with self.datastore.transaction(commit=True) as c:
-                    c.execute(f"INSERT INTO {self.table} (subject, number, wrapped, created_at) VALUES "
-                              f"({self.p}, {self.p}, {self.p}, {self.p})",
-                              (self._subject(subject), number, wrap(self.master, subject, number, key), _now()))
+                self._sql([(f"INSERT INTO {self.table} (subject, number, scope, wrapped, created_at) VALUES "
+                            f"({p}, {p}, {p}, {p}, {p})",
+                            (s, number, self._id(scope), wrap(self.master, subject, number, key), _now()))],
+                          commit=True)
                 return number, key
-            except IntegrityError:
-                continue  # another process made it first: read theirs
+            except (IntegrityError, sqlite3_integrity_error()):
+                continue  # another process (or thread) made it first: read theirs
         raise SubjectKeyError(f"no key could be made for subject {subject}")
 
     def get(self, subject: UUID, number: int) -> bytes | None:
         """The subject's key ``number``; None when it was destroyed (or never made)."""
         self.ensure()
-        for n, wrapped in self._rows(subject):
-            if n == number:
-                return None if wrapped is None else unwrap(self.master, subject, number, wrapped)
-        return None
+        rows = self._sql([(f"SELECT wrapped FROM {self.table} WHERE subject = {self.p} AND number = {self.p}",
+                           (self._id(subject), number))])
+        if not rows or rows[0][0] is None:
+            return None
+        return unwrap(self.master, subject, number, bytes(rows[0][0]))
 
-    def destroy(self, subject: UUID) -> list[int]:
-        """Destroy every key of the subject (overwritten, marked destroyed); the numbers destroyed now."""
+    def keys_of(self, subject: UUID, live: bool = True) -> list[KeyRef]:
+        """The subject's keys, live (``live``) or destroyed."""
         self.ensure()
-        if self.datastore is None:
-            with self._lock:
-                gone = [n for (s, n), w in self._memory.items() if s == subject and w is not None]
-                self._memory.update({(subject, n): None for n in gone})
-            return sorted(gone)
-        with self.datastore.transaction(commit=True) as c:
-            if self.sqlite:
-                c.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed, not left readable in the file
-            c.execute(f"SELECT number FROM {self.table} WHERE subject = {self.p} AND wrapped IS NOT NULL",
-                      (self._subject(subject),))
-            numbers = [int(r["number"] if isinstance(r, dict) else r[0]) for r in c.fetchall()]
-            c.execute(f"UPDATE {self.table} SET wrapped = NULL, destroyed_at = {self.p} WHERE subject = {self.p} "
-                      "AND wrapped IS NOT NULL", (_now(), self._subject(subject)))
-        if self.sqlite:  # the write-ahead log still holds the pages as they were: fold it in and empty it
+        alive = "IS NOT NULL" if live else "IS NULL"
+        rows = self._sql([(f"SELECT number, scope FROM {self.table} WHERE subject = {self.p} AND wrapped {alive} "
+                           "ORDER BY number", (self._id(subject),))])
+        return [KeyRef(subject, int(n), self._uuid(scope)) for n, scope in rows]
+
+    def keys_in(self, scopes: list[UUID], live: bool = True) -> list[KeyRef]:
+        """Every subject's keys of these scopes, live (``live``) or destroyed."""
+        self.ensure()
+        alive = "IS NOT NULL" if live else "IS NULL"
+        out: list[KeyRef] = []
+        for i in range(0, len(scopes), 500):
+            chunk = [self._id(s) for s in scopes[i:i + 500]]
+            rows = self._sql([(f"SELECT subject, number, scope FROM {self.table} WHERE wrapped {alive} AND scope IN "
+                               f"({', '.join([self.p] * len(chunk))})", tuple(chunk))])
+            out.extend(KeyRef(self._uuid(s), int(n), self._uuid(sc)) for s, n, sc in rows)  # type: ignore[arg-type]
+        return sorted(out)
+
+    def live_scopes(self) -> set[UUID]:
+        """Every scope that has a live key (content that can still be read)."""
+        self.ensure()
+        rows = self._sql([(f"SELECT DISTINCT scope FROM {self.table} WHERE wrapped IS NOT NULL AND scope IS NOT NULL",
+                           ())])
+        return {self._uuid(r[0]) for r in rows}  # type: ignore[misc]
+
+    def destroy(self, keys: list[KeyRef]) -> list[KeyRef]:
+        """Destroy these keys (their wrapped bytes overwritten, marked destroyed; the rows stay); the ones that
+        were live until now. On SQLite with ``secure_delete``, then a checkpoint that folds and truncates the
+        write-ahead log: the wrapped key is in neither file afterwards."""
+        self.ensure()
+        if not keys:
+            return []
+        p, now = self.p, _now()
+        gone: list[KeyRef] = []
+        statements: list[tuple[str, tuple[Any, ...]]] = []
+        if self.sqlite and self._memory is None:
+            statements.append(("PRAGMA secure_delete = ON", ()))  # freed pages are zeroed, not left in the file
+        live = set(self._live(keys))
+        for k in keys:
+            if (k.subject, k.number) in live:
+                gone.append(k)
+                statements.append((f"UPDATE {self.table} SET wrapped = NULL, destroyed_at = {p} WHERE subject = {p} "
+                                   f"AND number = {p} AND wrapped IS NOT NULL", (now, self._id(k.subject), k.number)))
+        if statements:
+            self._sql(statements, commit=True)
+        if self.sqlite and self._memory is None:  # the write-ahead log still holds the pages as they were
             with self.datastore.transaction(commit=False) as c:
                 c.execute("COMMIT")  # (a checkpoint cannot run inside a transaction)
                 c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                 c.execute("BEGIN")
-        return numbers
+        return gone
+
+    def _live(self, keys: list[KeyRef]) -> list[tuple[UUID, int]]:
+        out = []
+        for subject in {k.subject for k in keys}:
+            out.extend((subject, k.number) for k in self.keys_of(subject))
+        return out
+
+    def epoch(self) -> Any:
+        """What changes whenever a key is destroyed (the latest destruction's time and how many there are): a
+        process that kept keys in memory compares it to drop the destroyed ones (``ledger.sealer``)."""
+        self.ensure()
+        return tuple(self._sql([(f"SELECT max(destroyed_at), count(destroyed_at) FROM {self.table}", ())])[0])
+
+    # -- export and import (the rows as they are: wrapped, or destroyed) ------------------------------------------
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every key row as plain data (wrapped keys in base64; a destroyed key has none)."""
+        self.ensure()
+        rows = self._sql([(f"SELECT subject, number, scope, wrapped, created_at, destroyed_at FROM {self.table} "
+                           "ORDER BY subject, number", ())])
+        return [{"subject": str(self._uuid(s)), "number": int(n), "scope": None if sc is None else str(self._uuid(sc)),
+                 "wrapped": None if w is None else base64.b64encode(bytes(w)).decode("ascii"), "created_at": c,
+                 "destroyed_at": d} for s, n, sc, w, c, d in rows]
+
+    def restore(self, rows: list[dict[str, Any]]) -> int:
+        """Add key rows (``rows()``'s shape) this ledger does not have; a row it has is kept as it is (so a key
+        destroyed here stays destroyed, whatever an older export says). Returns how many were added. Each
+        wrapped key must unwrap under this ledger's master key (else ``SubjectKeyError``: nothing added)."""
+        self.ensure()
+        p = self.p
+        statements = []
+        for r in rows:
+            subject, number = UUID(r["subject"]), int(r["number"])
+            wrapped = None if r.get("wrapped") is None else base64.b64decode(r["wrapped"])
+            if wrapped is not None:
+                unwrap(self.master, subject, number, wrapped)  # the right master key, an unchanged key
+            scope = None if r.get("scope") is None else UUID(r["scope"])
+            conflict = "OR IGNORE " if self.sqlite else ""
+            tail = "" if self.sqlite else " ON CONFLICT DO NOTHING"
+            statements.append((f"INSERT {conflict}INTO {self.table} (subject, number, scope, wrapped, created_at, "
+                               f"destroyed_at) VALUES ({p}, {p}, {p}, {p}, {p}, {p}){tail}",
+                               (self._id(subject), number, self._id(scope), wrapped, r["created_at"],
+                                r.get("destroyed_at"))))
+        count = f"SELECT count(*) FROM {self.table}"
+        before = self._sql([(count, ())])[0][0]
+        if statements:
+            self._sql(statements, commit=True)
+        return int(self._sql([(count, ())])[0][0]) - int(before)
+
+
+class KeyRef(NamedTuple):
+    """One data key: whose, its number, and the stream whose content it seals (None: made before scopes)."""
+
+    subject: UUID
+    number: int
+    scope: UUID | None
+
+
+def sqlite3_integrity_error() -> type:
+    import sqlite3
+
+    return sqlite3.IntegrityError
 
 
 def table_exists(datastore: Any) -> bool:

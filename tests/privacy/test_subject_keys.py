@@ -15,6 +15,7 @@ from ledger.store import open_app
 from ledger.subjectkeys import KeyRing, SubjectKeyError, master_key, new_master_key
 
 MASTER = base64.b64decode(new_master_key())
+CHAT = uuid.uuid4()  # (the scope of a key: the chat whose content it seals)
 
 
 def test_a_subjects_key_is_made_once_kept_wrapped_and_destroyed(db_url) -> None:
@@ -22,27 +23,51 @@ def test_a_subjects_key_is_made_once_kept_wrapped_and_destroyed(db_url) -> None:
     try:
         alice, bob = uuid.uuid4(), uuid.uuid4()
         ring = KeyRing(a, MASTER)
-        number, key = ring.current(alice)
-        assert number == 1 and len(key) == 32 and ring.current(alice) == (1, key)
-        assert KeyRing(b, MASTER).current(alice) == (1, key) and KeyRing(b, MASTER).get(alice, 1) == key
-        bobs = ring.current(bob)[1]
+        number, key = ring.current(alice, CHAT)
+        assert number == 1 and len(key) == 32 and ring.current(alice, CHAT) == (1, key)
+        assert KeyRing(b, MASTER).current(alice, CHAT) == (1, key) and KeyRing(b, MASTER).get(alice, 1) == key
+        bobs = ring.current(bob, CHAT)[1]
         with pytest.raises(SubjectKeyError):
             KeyRing(b, base64.b64decode(new_master_key())).get(alice, 1)  # another master key
-        assert ring.destroy(alice) == [1] and ring.destroy(alice) == []
+        epoch = ring.epoch()
+        assert [k.number for k in ring.destroy(ring.keys_of(alice))] == [1]
+        assert ring.destroy(ring.keys_of(alice)) == [] and ring.epoch() != epoch
         assert ring.get(alice, 1) is None and KeyRing(b, MASTER).get(alice, 1) is None
         assert ring.get(bob, 1) == bobs  # nobody else's
-        again = ring.current(alice)  # writing again: a new key, never the old one
+        again = ring.current(alice, CHAT)  # writing again: a new key, never the old one
         assert again[0] == 2 and again[1] != key and ring.get(alice, 1) is None
     finally:
         a.close()
         b.close()
 
 
+def test_keys_have_scopes_and_a_restore_never_revives_a_destroyed_key(db_url) -> None:
+    """A key per (subject, scope): one chat's keys are destroyed without the subject's others (retention), a
+    subject's without anyone else's (erasure); rows exported before a destruction, restored after it, add what
+    is missing and leave the destroyed key destroyed."""
+    a = open_app(db_url)
+    try:
+        alice, bob, chat1, chat2 = (uuid.uuid4() for _ in range(4))
+        ring = KeyRing(a, MASTER)
+        k11, k12, b1 = ring.current(alice, chat1), ring.current(alice, chat2), ring.current(bob, chat1)
+        assert (k11[0], k12[0], b1[0]) == (1, 2, 1) and ring.current(alice, chat1) == k11
+        assert ring.live_scopes() == {chat1, chat2}
+        before = ring.rows()
+        gone = ring.destroy(ring.keys_in([chat1]))  # chat1's content, every subject's
+        assert sorted((k.subject, k.number, k.scope) for k in gone) == sorted([(alice, 1, chat1), (bob, 1, chat1)])
+        assert ring.get(alice, 1) is None and ring.get(bob, 1) is None and ring.get(alice, 2) == k12[1]
+        assert ring.live_scopes() == {chat2} and ring.keys_in([chat1], live=False) == sorted(gone)
+        assert ring.current(alice, chat1)[0] == 3  # new content there: a new key
+        assert ring.restore(before) == 0 and ring.get(alice, 1) is None  # the older rows revive nothing
+    finally:
+        a.close()
+
+
 def test_many_asking_at_once_get_one_key(db_url) -> None:
     apps = [open_app(db_url) for _ in range(4)]
     try:
         subject, got = uuid.uuid4(), []  # (the first use makes the table too: they race for that as well)
-        threads = [threading.Thread(target=lambda app=app: got.append(KeyRing(app, MASTER).current(subject)))
+        threads = [threading.Thread(target=lambda app=app: got.append(KeyRing(app, MASTER).current(subject, CHAT)))
                    for app in apps]
         for t in threads:
             t.start()
@@ -62,12 +87,12 @@ def test_a_destroyed_key_leaves_no_trace_in_the_sqlite_files(tmp_path: Path) -> 
     try:
         subject = uuid.uuid4()
         ring = KeyRing(app, MASTER)
-        ring.current(subject)
+        ring.current(subject, CHAT)
         with sqlite3.connect(tmp_path / "ledger.db") as db:
             (wrapped,) = db.execute("SELECT wrapped FROM subject_keys").fetchone()
         files = lambda: b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("ledger.db"))  # noqa: E731
         assert bytes(wrapped) in files()  # (the check can see it while it is there)
-        ring.destroy(subject)
+        ring.destroy(ring.keys_of(subject))
         assert bytes(wrapped) not in files()
     finally:
         app.close()
