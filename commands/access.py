@@ -29,6 +29,7 @@ import msgspec
 from commands.base import Command
 from commands.catalog import SetDeploymentSettings, SetUserModelOverride
 from commands.chat import CreateChat
+from commands.protection import SetLegalHold
 from ledger.access.state import TokenState
 from ledger.errors import LedgerError
 
@@ -219,6 +220,12 @@ class Scopes:
 #: * ``worker``: a worker's or runner's own id (not a user): whoever may write the chat may name them.
 #: * ``external``: an id of the system the chat runs in (Coder's workspace, build, agent), recorded as given:
 #:   it names no user and no stream of the ledger, so whoever may write the chat may set it.
+#: * ``held``: what a legal hold is set on — a chat (its organization's admin), an organization (its admin) or
+#:   else a user (a deployment admin: a held user's content is kept in every organization).
+#:
+#: People's data (``commands.protection``): ``erase_subject`` with ``organization_id`` is that organization's
+#: admin's (it erases the user's content in its chats only), without it a deployment admin's (every chat and
+#: conversation); ``set_retention_policy`` is the organization's admin's.
 FIELD_RULES: dict[str, str] = {
     "actor": "caller", "created_by": "caller", "owner_id": "caller",
     "user_id": "subject",
@@ -228,6 +235,7 @@ FIELD_RULES: dict[str, str] = {
     "request_id": "reference",
     "worker_id": "worker", "runner_id": "worker",
     "workspace_id": "external", "build_id": "external", "agent_id": "external", "workspace_agent_id": "external",
+    "target": "held",
 }
 _CALLER_FIELDS = tuple(name for name, rule in FIELD_RULES.items() if rule == "caller")
 
@@ -272,6 +280,8 @@ def command_resource(scopes: Scopes, cmd: Command) -> Resource | None:
     """What a command writes to (None: a chat that does not exist; the handler refuses it)."""
     if type(cmd).__module__ == "commands.conversation" or isinstance(cmd, SetDeploymentSettings):
         return DEPLOYMENT
+    if isinstance(cmd, SetLegalHold):
+        return hold_resource(scopes, cmd.target)
     if isinstance(cmd, CreateChat):
         return Resource("chat", cmd.organization_id, cmd.owner_id)
     if isinstance(cmd, SetUserModelOverride):
@@ -284,6 +294,19 @@ def command_resource(scopes: Scopes, cmd: Command) -> Resource | None:
         found = scopes.of(chat_id)
         return found if found is None or found.kind == "chat" else Resource("chat")
     return DEPLOYMENT  # pragma: no cover - every command names one of the above
+
+
+def hold_resource(scopes: Scopes, target: UUID) -> Resource:
+    """A legal hold's resource, written with the admin's role: a chat's organization's catalog, an organization's,
+    else (a user) the deployment."""
+    from commands.protection import target_kind
+
+    found = scopes.of(target)
+    if found is not None and found.kind == "chat":
+        return Resource("catalog", found.org)
+    if target_kind(scopes.app, target) == "organization":
+        return Resource("catalog", target)
+    return DEPLOYMENT
 
 
 def authorize(p: Principal, scopes: Scopes, cmd: Command) -> Command:

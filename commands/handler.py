@@ -15,6 +15,7 @@ import msgspec
 import commands.catalog  # noqa: F401  (registers the catalog and deployment commands)
 import commands.chat  # noqa: F401  (registers the chat commands)
 import commands.conversation  # noqa: F401  (registers the conversation commands)
+import commands.protection  # noqa: F401  (registers erasure, legal hold and retention)
 import commands.toolcalls  # noqa: F401  (registers the tool-call execution commands)
 from commands.base import HANDLERS, Command, command_type
 from ledger.errors import LedgerError, clip, invalid_command

@@ -92,7 +92,7 @@ def event_text_kinds(cls: type) -> dict[str, str]:
 
 #: the events modules, each with its ``PERSONAL`` and ``NOT_PERSONAL`` declarations
 EVENT_MODULES = ("ledger.access.events", "ledger.catalog.events", "ledger.chat.events", "ledger.conversation.events",
-                 "ledger.toolcalls.events", "ledger.evidence.published", "ledger.imports")
+                 "ledger.toolcalls.events", "ledger.evidence.published", "ledger.imports", "ledger.protection.events")
 
 
 def personal_declarations() -> dict[type, dict[str, str]]:

@@ -8,3 +8,4 @@ import ledger.conversation.aggregate  # noqa: F401
 import ledger.evidence.published  # noqa: F401
 import ledger.toolcalls.aggregate  # noqa: F401
 import ledger.imports  # noqa: F401
+import ledger.protection.decide  # noqa: F401

@@ -101,6 +101,8 @@ class ChatLedgerApp(Application[UUID]):
         self.listeners: list[Callable[[Sequence[Recording[UUID]]], None]] = []
         #: streams of cached types found empty by the last read through the cache (``peek_cached``)
         self._absent: set[UUID] = set()
+        #: the database it was opened on (``open_app``; None: made otherwise, an in-memory ledger)
+        self.database_url: Any = None
         # SQLite: threads sharing this application queue for its one writer connection. The library
         # gives up on that queue after 5 s (ConnectionUnavailableError) while the connection it waits
         # for may itself be waiting up to SQLITE_LOCK_TIMEOUT for another process's write lock: wait as
@@ -316,6 +318,11 @@ class ChatLedgerApp(Application[UUID]):
 _DDL_LOCK = 0x63686174  # "chat"
 
 
+def _located(app: ChatLedgerApp, db: DatabaseURL) -> ChatLedgerApp:
+    app.database_url = db  # (where its views are: what an erasure rewrites, ``commands.protection``)
+    return app
+
+
 def open_app(url: str | None = None, payload_format: str | None = None, create: bool = True) -> ChatLedgerApp:
     """Open the ledger at ``url`` (default ``$CHAT_LEDGER_DB`` or ``sqlite:///chat-ledger.db``).
 
@@ -353,10 +360,10 @@ def open_app(url: str | None = None, payload_format: str | None = None, create: 
                         # bounded like any other: --commit-timeout).
                         ChatLedgerApp(env={**env, POSTGRES_CONNINFO: local_commits(env[POSTGRES_CONNINFO])},
                                       payload_format=fmt).close()
-                    return ChatLedgerApp(env=env, payload_format=fmt)
+                    return _located(ChatLedgerApp(env=env, payload_format=fmt), db)
                 finally:
                     conn.execute("SELECT pg_advisory_unlock(%s)", (_DDL_LOCK,))
-        return ChatLedgerApp(env=env, payload_format=fmt)
+        return _located(ChatLedgerApp(env=env, payload_format=fmt), db)
     except sqlite3.Error as e:  # pragma: no cover - depends on the file system
         raise LedgerError("database_unavailable", f"cannot open SQLite database {db.path}: {e}") from e
     except Exception as e:

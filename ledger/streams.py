@@ -2,7 +2,7 @@
 
 Chats and conversations live at ids their callers mint (first come, first served). The other kinds live
 at a *natural* id that someone else can choose too: an organization's catalog at the organization id, the
-deployment at ``DEPLOYMENT_ID``, the published checkpoints at ``CHECKPOINTS_ID``, a model config's claim at the model config id, a tool-call execution at
+deployment at ``DEPLOYMENT_ID``, the published checkpoints at ``CHECKPOINTS_ID``, a target's data protection at ``protection_id(target)``, a model config's claim at the model config id, a tool-call execution at
 its deterministic uuid5. A chat created at one of those ids before the stream exists would block that
 organization (or the deployment, the config, the execution) forever.
 
@@ -27,6 +27,7 @@ from ledger.catalog.aggregate import Deployment, ModelConfigClaim, OrganizationC
 from ledger.catalog.state import DEPLOYMENT_ID
 from ledger.errors import LedgerError
 from ledger.evidence.published import CHECKPOINTS_ID, CheckpointLog
+from ledger.protection.decide import Protection
 from ledger.toolcalls.aggregate import ToolCallExecution
 
 #: ids no caller may give to a chat, a conversation, an organization or a model config
@@ -39,6 +40,7 @@ NAMESPACES: dict[str, UUID] = {
     ModelConfigClaim.TOPIC: UUID("6f1d2a4e-8c3b-5e7f-9a10-2b4c6d8e0f13"),
     ToolCallExecution.TOPIC: UUID("6f1d2a4e-8c3b-5e7f-9a10-2b4c6d8e0f14"),
     CheckpointLog.TOPIC: UUID("6f1d2a4e-8c3b-5e7f-9a10-2b4c6d8e0f15"),
+    Protection.TOPIC: UUID("6f1d2a4e-8c3b-5e7f-9a10-2b4c6d8e0f16"),
 }
 
 #: hops tried before giving up (each one needs another stream of another kind squatting the next id)

@@ -101,6 +101,7 @@ class Batches(Bookkeeping):
                 state = ViewState(projection.table_map(), _TxStore(self, cur, name, version), writer.cache)
                 projection.begin_batch()
                 for nid, event in items:
+                    projection.position = nid
                     try:
                         ops = projection.apply(event, state)
                         for op in ops or ():
@@ -109,6 +110,8 @@ class Batches(Bookkeeping):
                         if isinstance(e, transient_errors()) and not self._is_row_error(e):
                             raise
                         raise ProjectionFailed(name, version, f"{type(e).__name__}: {e}").at(nid, event) from e
+                    finally:
+                        projection.position = None
                 try:
                     for op in projection.end_batch(state) or ():
                         state.apply(op)

@@ -21,6 +21,7 @@ from ledger.chat.evolve import evolve
 from ledger.chat.state import unresolved_tool_calls
 from ledger.chat.views import queue_row, status_values, unresolved_values, uuid_str
 from projections.engine import Projection
+from projections.erasure import ERASURE_TOPICS, is_erasure, rederive
 from projections.errors import ProjectionError
 from projections.rowops import Delete, RowOp, Rows, Upsert
 from projections.schema import BIGINT, BOOLEAN, INTEGER, JSON, TEXT, TIMESTAMP, Column, Table
@@ -38,7 +39,9 @@ class ChatViews(Projection):
     version = 4  # v2: queue rows editing_since, reasoning_effort; status editing_queued_message_id;
     # v3: unresolved rows call_index (their order in the assistant message); v4: status title_source,
     # plan_mode, pinned_at, workspace_id, build_id, agent_id, shared, labels
-    topics = CHAT_TOPICS
+    # + erasures: a chat whose content was erased has its rows rewritten (``projections.erasure``; no new version:
+    # the rows of every chat without an erasure are the same)
+    topics = CHAT_TOPICS + ERASURE_TOPICS
     tables = [
         Table(STATUS, [
             Column("chat_id", TEXT), Column("organization_id", TEXT, False), Column("owner_id", TEXT, False),
@@ -69,6 +72,7 @@ class ChatViews(Projection):
     ]
 
     def __init__(self, app: Any) -> None:
+        self.app = app
         self.fold = StreamFold(app, evolve, ev.ChatCreated)
         # chat id -> [state after the batch so far, open-call signature and queue before the batch]
         self._touched: dict[int, list[Any]] = {}
@@ -77,12 +81,22 @@ class ChatViews(Projection):
         self._signatures: dict[int, tuple[int, Any]] = {}
 
     def prepare(self, events: Any) -> None:
+        if any(map(is_erasure, events)):
+            self.app.refresh_keys()  # (the states prefetched are decoded with the keys as they are now)
+            events = [e for e in events if not is_erasure(e)]  # (another stream's: nothing to fold)
         self.fold.prefetch(events)
 
     def apply(self, event: Any, rows: Rows) -> Iterable[RowOp]:
         """Fold only: the rows of a chat are written once per batch, from its state after the batch
         (``end_batch``), as the difference from its rows before the batch. A call opened and closed
-        within one batch, or a prompt queued and promoted, never touches the tables."""
+        within one batch, or a prompt queued and promoted, never touches the tables. An erasure: the chats
+        it names are forgotten (their decrypted states) and their rows rewritten (``projections.erasure``)."""
+        if is_erasure(event):
+            if self.position is not None:
+                for chat in event.streams:
+                    self._touched.pop(chat.int, None)
+                    self.stream_done(chat)
+            return rederive(self, self.app, event, self.position)
         key = event.originator_id.int
         entry = self._touched.get(key)
         if entry is None:

@@ -16,6 +16,7 @@ from projections.engine import (
     BIGINT, BOOLEAN, INTEGER, TEXT, TIMESTAMP, UBIGINT, Column, Projection, RowOp, Rows, Table, Upsert,
 )
 from projections.folding import StreamFold
+from projections.erasure import ERASURE_TOPICS, is_erasure, rederive
 
 CONVERSATION_TOPICS = tuple(sorted(
     cls.TOPIC for cls in vars(cev).values()
@@ -27,7 +28,7 @@ class ConversationsView(Projection):
     name = "conversations"
     streamwise = True  # a conversation's row is its own state's (tests/projections/test_streamwise.py)
     version = 2
-    topics = CONVERSATION_TOPICS
+    topics = CONVERSATION_TOPICS + ERASURE_TOPICS  # (erasures: ``projections.erasure``; same rows otherwise)
     tables = [Table("conversations", [
         Column("conversation_id", TEXT), Column("session", TEXT, False), Column("status", TEXT, False),
         Column("restartable", BOOLEAN, False), Column("stall_message", TEXT), Column("halted", BOOLEAN, False),
@@ -37,15 +38,24 @@ class ConversationsView(Projection):
     ], primary_key=["conversation_id"], indexes=[["status"]])]
 
     def __init__(self, app: Any) -> None:
+        self.app = app
         self.fold = StreamFold(app, evolve, cev.ConversationStarted)
 
     def prepare(self, events: Any) -> None:
+        if any(map(is_erasure, events)):
+            self.app.refresh_keys()
+            events = [e for e in events if not is_erasure(e)]  # (another stream's: nothing to fold)
         self.fold.prefetch(events)
 
     def stream_done(self, stream_id: Any) -> None:
         self.fold.forget(stream_id.int)
 
     def apply(self, event: Any, rows: Rows) -> Iterable[RowOp]:
+        if is_erasure(event):
+            if self.position is not None:
+                for stream in event.streams:
+                    self.stream_done(stream)
+            return rederive(self, self.app, event, self.position)
         state = self.fold.after(event, self.fold.before(event))
         row = {"conversation_id": str(event.originator_id), **conversation_view_row(state),
                "version": event.originator_version, "updated_at": event.timestamp}

@@ -73,6 +73,9 @@ class Projection:
     #: and rows of different streams have different keys): a rebuild may then fold the log stream by stream
     #: (``projections.streamwise``). False (log order) for projections that join streams.
     streamwise: ClassVar[bool] = False
+    #: the notification id of the event ``apply`` is given, in a log-order batch (None elsewhere: a stream-wise
+    #: build's fold); what an erasure's rewrite of rows reads as of (``projections.erasure``)
+    position: int | None = None
 
     def prepare(self, events: Sequence[Any]) -> None:
         """Called with a batch's events for this projection (those of its ``topics``) before its

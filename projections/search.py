@@ -28,6 +28,7 @@ from projections.errors import ProjectionError
 from projections.rowops import Delete, RowOp, Rows, Update, Upsert
 from projections.schema import BIGINT, BOOLEAN, INTEGER, TEXT, TIMESTAMP, Column, Table
 from projections.engine import Projection
+from projections.erasure import ERASURE_TOPICS, is_erasure, rederive
 
 DOCS = "search_docs"
 
@@ -40,7 +41,7 @@ class SearchView(Projection):
     name = "search"
     streamwise = True
     version = 1
-    topics = CHAT_TOPICS
+    topics = CHAT_TOPICS + ERASURE_TOPICS  # (erasures: ``projections.erasure``; same rows otherwise)
     tables = [
         Table(DOCS, [
             Column("chat_id", TEXT), Column("doc_id", TEXT), Column("organization_id", TEXT, False),
@@ -52,6 +53,7 @@ class SearchView(Projection):
     ]
 
     def __init__(self, app: Any) -> None:
+        self.app = app
         # chat id -> (organization, owner): facts of the chat's first event that never change, kept for the
         # documents of its later events (read back from the chat's title document when not in memory)
         self._scopes: dict[int, tuple[str, str]] = {}
@@ -60,6 +62,8 @@ class SearchView(Projection):
         self._scopes.pop(stream_id.int, None)
 
     def apply(self, event: Any, rows: Rows) -> Iterable[RowOp]:
+        if is_erasure(event):  # the chats' documents rewritten: an erased word is found no more
+            return rederive(self, self.app, event, self.position)
         key = event.originator_id.int
         if event.__class__ is ev.ChatCreated:
             scope = (uuid_str(event.organization_id), uuid_str(event.owner_id))

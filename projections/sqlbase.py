@@ -191,6 +191,11 @@ class SqlBase:
         data, not of the database's availability)?"""
         raise NotImplementedError
 
+    def scrub(self) -> None:
+        """After an erasure, what the dialect does so the rewritten rows' old text is in none of its files
+        (SQLite: ``SqliteBackend.scrub``). PostgreSQL keeps old row versions until vacuum reuses their space, and
+        in its write-ahead log and archives: docs/privacy.md says for how long; nothing is done here."""
+
     def close(self) -> None:  # pragma: no cover - dialect
         raise NotImplementedError
 

@@ -85,6 +85,9 @@ class SqliteBackend(SqlBackend):
             # NORMAL is safe in WAL mode against crashes of the process (rows and position commit together
             # either way); a power loss may only lose the last commits, which catch-up redoes.
             conn.execute("PRAGMA synchronous=NORMAL")
+            # a row deleted or replaced is zeroed in the file, not left in free space: the views hold people's text,
+            # and an erasure rewrites them (docs/privacy.md)
+            conn.execute("PRAGMA secure_delete=ON")
             self._local.conn = conn
             with self._lock:
                 self._connections.append(conn)
@@ -293,6 +296,17 @@ class SqliteBackend(SqlBackend):
         fts = _q(name + "_fts")
         cur.execute(f"INSERT INTO {fts}({fts}) VALUES ('rebuild')")
         self._text_triggers(cur, name, column)
+
+    def scrub(self) -> None:
+        """After an erasure: every full-text index merged into one segment (FTS5 keeps a deleted row's words in
+        its older segments until they merge; the freed pages are zeroed, ``secure_delete``), then the write-ahead
+        log folded into the file and truncated, so the words are in neither file. Best effort for the log: a
+        reader in another process holding an old snapshot keeps the checkpoint from truncating it."""
+        with self._write_tx() as cur:
+            cur.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL TABLE%fts5%'")
+            for (fts,) in cur.fetchall():
+                cur.execute(f"INSERT INTO {_q(fts)}({_q(fts)}) VALUES ('optimize')")
+        self._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def _drop_text_search(self, cur: Any, name: str) -> None:
         cur.execute(f"DROP TABLE IF EXISTS {_q(name + '_fts')}")  # (the triggers go with the rows' table)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from commands.access import REFUSALS
-from tests.catalog.kit import ALICE, M1, ORG, ORG2
+from tests.catalog.kit import ALICE, BOB, M1, ORG, ORG2
 from tests.service.conftest import CAROL, ROLES
 from tests.service.server import sse_events, tokens
 
@@ -44,6 +44,22 @@ def endpoints(w):
                                    "enabled": True}, "org_b"),
         "deployment": ("POST", {"type": "set_deployment_settings", "advisor_enabled": False}, "deployment"),
         "conversation": ("POST", {"type": "conversation_start"}, "deployment"),
+        # people's data (issue 28): an organization's admin erases a user's content in its chats, sets its
+        # retention and holds its chats and itself; erasing everywhere and holding a user: a deployment admin
+        # (this world's ledger seals nothing, so an allowed erasure is then refused by the ledger: not_sealed)
+        "erase in org_a": ("POST", {"type": "erase_subject", "user_id": BOB, "reason": "r", "organization_id": ORG},
+                           "org_a"),
+        "erase in org_b": ("POST", {"type": "erase_subject", "user_id": CAROL, "reason": "r",
+                                    "organization_id": ORG2}, "org_b"),
+        "erase everywhere": ("POST", {"type": "erase_subject", "user_id": BOB, "reason": "r"}, "deployment"),
+        "hold chat_a": ("POST", {"type": "set_legal_hold", "target": a, "hold": True, "reason": "r"}, "org_a"),
+        "hold chat_c": ("POST", {"type": "set_legal_hold", "target": c, "hold": True, "reason": "r"}, "org_b"),
+        "hold org_a": ("POST", {"type": "set_legal_hold", "target": ORG, "hold": True, "reason": "r"}, "org_a"),
+        "hold a user": ("POST", {"type": "set_legal_hold", "target": BOB, "hold": True, "reason": "r"}, "deployment"),
+        "retention org_a": ("POST", {"type": "set_retention_policy", "organization_id": ORG, "content_days": 30},
+                            "org_a"),
+        "retention org_b": ("POST", {"type": "set_retention_policy", "organization_id": ORG2, "content_days": 30},
+                            "org_b"),
     }
     return reads, writes
 
@@ -110,7 +126,7 @@ def test_the_matrix(world, db_url):
                 if want != OK:
                     assert r.status_code == 403, (role, name, r.status_code)
     assert not wrong, "\n".join(map(str, wrong))
-    assert rows == len(ROLES) * (len(reads) + len(writes)) == 6 * 35
+    assert rows == len(ROLES) * (len(reads) + len(writes)) == 6 * 44
 
     # no token, a token never issued, a revoked token: 401 with its code, on every route
     from commands.tokens import TokenIndex, revoke_token
