@@ -26,6 +26,10 @@ def export_lines(app: Any, since: int = 0) -> Iterator[bytes]:
     """A header line, then one line per stored event after notification ``since`` up to the head read at the
     start (the header's ``head``), in notification order.
 
+    A sealed ledger's export (docs/privacy.md) has a second line ``{"subject_keys": [...]}``: its subjects' keys
+    as stored, wrapped by its master key (a destroyed key as destroyed) — the file reads only with that master
+    key, and what was erased stays erased in the ledger it is imported into.
+
     ``json`` holds a JSON payload's exact text (valid UTF-8 starting with ``{``); any other payload
     (msgpack, compressed or encrypted) is kept as ``b64``. Both give back the exact stored bytes. ``prev``
     is the notification id of the event exported before this one (``since`` for the first): notification
@@ -36,6 +40,9 @@ def export_lines(app: Any, since: int = 0) -> Iterator[bytes]:
     enc = msgspec.json.Encoder()
     head = app.head()
     yield enc.encode({"format": EXPORT_FORMAT, "version": EXPORT_VERSION, "since": since, "head": head})
+    sealer = getattr(app.mapper, "sealer", None)
+    if sealer is not None:  # read after the head: every key of the events up to it exists
+        yield enc.encode({"subject_keys": sealer.keys.rows()})
     prev = since
     heads: dict[Any, bytes | None] = {}  # each stream's last hash (for events stored without one)
     for n in scan(app, head, after=since, by_notification=True):
@@ -110,9 +117,12 @@ def import_lines(app: Any, lines: Any, on_validated: Any = None, unverified: boo
     if app.head() != 0:  # fail fast; checked again, under the write lock, before anything is recorded
         raise LedgerError("database_not_empty", "events import needs an empty database (it has events)")
     with tempfile.TemporaryFile() as spool:
-        count, version, streams = _validate(app, lines, spool, unverified)
+        count, version, streams, keys = _validate(app, lines, spool, unverified)
         if version == 1:
             _spool(spool, _mark(app, streams, count, version))
+        if keys:  # before the events, so they read as they did; rows the ledger has stay as they are
+            app.mapper.sealer.keys.restore(keys)
+            app.refresh_keys()
         if on_validated is not None:
             on_validated(count)
         spool.seek(0)
@@ -147,8 +157,10 @@ _record_decoder = msgspec.msgpack.Decoder(tuple[bytes, int, str, bytes])
 _LENGTH = struct.Struct("<I")
 
 
-def _validate(app: Any, lines: Any, spool: Any, unverified: bool = False) -> tuple[int, int, list[UUID]]:
-    """Check every line and spool its event; (events, the export's version, the streams in order)."""
+def _validate(app: Any, lines: Any, spool: Any,
+              unverified: bool = False) -> tuple[int, int, list[UUID], list[dict[str, Any]]]:
+    """Check every line and spool its event; (events, the export's version, the streams in order, the subjects'
+    keys of a sealed ledger's export)."""
     from ledger.base import LedgerCreated
 
     decoder = msgspec.json.Decoder(_Line)
@@ -159,6 +171,7 @@ def _validate(app: Any, lines: Any, spool: Any, unverified: bool = False) -> tup
     chained: bool | None = None
     count = 0
     number = 0
+    keys: list[dict[str, Any]] = []
     for number, raw in enumerate(lines, start=1):
         if isinstance(raw, str):
             raw = raw.encode("utf-8", "surrogatepass")
@@ -171,6 +184,9 @@ def _validate(app: Any, lines: Any, spool: Any, unverified: bool = False) -> tup
                 raise invalid_export(number, "a version 1 export carries no hashes: nothing proves its lines were "
                                              "not edited. Import it with --unverified to record its streams as "
                                              "imported without proof (events verify then reports them so)")
+            continue
+        if number == 2 and raw.startswith(b'{"subject_keys"'):
+            keys = _keys(app, number, raw)
             continue
         try:
             line = decoder.decode(raw)
@@ -232,7 +248,27 @@ def _validate(app: Any, lines: Any, spool: Any, unverified: bool = False) -> tup
     if header.head is not None and last_id < header.head:
         raise invalid_export(number, f"the file ends at notification {last_id}, but its header says the export "
                                      f"holds the events up to {header.head}: it is truncated")
-    return count, header.version, list(versions)
+    return count, header.version, list(versions), keys
+
+
+def _keys(app: Any, number: int, raw: bytes) -> list[dict[str, Any]]:
+    """A sealed ledger's keys line: each wrapped key must unwrap under this ledger's master key."""
+    from ledger.subjectkeys import SubjectKeyError, unwrap
+
+    sealer = getattr(app.mapper, "sealer", None)
+    if sealer is None:
+        raise invalid_export(number, "this export holds sealed content and its keys: import it into a ledger opened "
+                                     "with the master key of the ledger it came from (CHAT_LEDGER_MASTER_KEY)")
+    try:
+        rows = msgspec.json.decode(raw, type=dict[str, list[dict[str, Any]]])["subject_keys"]
+        for r in rows:
+            if r.get("wrapped") is not None:
+                unwrap(sealer.keys.master, UUID(r["subject"]), int(r["number"]), base64.b64decode(r["wrapped"]))
+    except SubjectKeyError as e:
+        raise invalid_export(number, f"{e}: import it with the master key of the ledger it came from") from None
+    except (msgspec.DecodeError, msgspec.ValidationError, KeyError, ValueError, TypeError) as e:
+        raise invalid_export(number, f"not a keys line: {clip(str(e))}") from None
+    return rows
 
 
 def _chained(number: int, line: _Line, data: bytes, prev: bytes | None) -> bytes | None:
