@@ -166,12 +166,14 @@ def _checkpointing(key: Path | None, every: float, witness_keys: tuple[Path, ...
               help="Seconds between the checkpoints --checkpoint-key publishes (none while the log is idle).")
 @click.option("--witness-key", "witness_keys", type=click.Path(dir_okay=False, path_type=Path), multiple=True,
               metavar="FILE", help="The public key of a witness whose cosignatures the service records (repeat it).")
+@click.option("--retention-every", type=click.FloatRange(0), default=3600.0, show_default=True, metavar="SECONDS",
+              help="Seconds between retention runs (retention run; a sealed ledger's organizations' policies); 0: none.")
 @json_option("Announce the address as one JSON object on standard output ({serving, db, openapi, ui}).")
 @pass_ctx
 def serve(c: Ctx, host: str, port: int, follow: bool, streams_per_token: int, write_rate: float,
           write_burst: float, max_body_bytes: int, header_timeout: float, create: bool, replica_url: str | None,
           replica_wait: float, checkpoint_key: Path | None, checkpoint_every: float, witness_keys: tuple[Path, ...],
-          as_json: bool) -> None:
+          retention_every: float, as_json: bool) -> None:
     """Serve the ledger over HTTP (docs/server.md): commands, views, history, the event log and its live
     stream, web pages at /ui/. Every request needs an API token (`chat-ledger tokens create`)."""
     import uvicorn
@@ -189,7 +191,7 @@ def serve(c: Ctx, host: str, port: int, follow: bool, streams_per_token: int, wr
         Ledger.open_replica(replica_url).close()  # a bad standby URL fails here, before listening, as --db does
     checkpoints = _checkpointing(checkpoint_key, checkpoint_every, witness_keys)
     app = create_app(c.url, follow=follow, limits=limits, max_body_bytes=max_body_bytes, replica_url=replica_url,
-                     replica_wait=replica_wait, checkpoints=checkpoints)
+                     replica_wait=replica_wait, checkpoints=checkpoints, retention_every=retention_every)
     sock = listening_socket(host, port)
     bound = sock.getsockname()[1]
     base = f"http://{host if ':' not in host else f'[{host}]'}:{bound}"

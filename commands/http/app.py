@@ -234,7 +234,7 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 def create_app(url: str, *, follow: bool = True, poll_interval: float | None = None,
                limits: Limits | None = None, max_body_bytes: int = MAX_BODY_BYTES,
                replica_url: str | None = None, replica_wait: float = REPLICA_WAIT,
-               checkpoints: Checkpointing | None = None) -> Litestar:
+               checkpoints: Checkpointing | None = None, retention_every: float = 0.0) -> Litestar:
     """The service for the ledger at ``url`` (opened, and created if missing, when the app starts): per-token
     ``limits`` (``commands.http.limits``), bodies of at most ``max_body_bytes``; reads from the hot standby at
     ``replica_url`` when given (``commands.http.replica``); publishes signed checkpoints when ``checkpoints`` has a key
@@ -244,7 +244,7 @@ def create_app(url: str, *, follow: bool = True, poll_interval: float | None = N
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         svc = Service(url, follow=follow, poll_interval=poll_interval, limits=limits, replica_url=replica_url,
-                      replica_wait=replica_wait, checkpoints=checkpoints)
+                      replica_wait=replica_wait, checkpoints=checkpoints, retention_every=retention_every)
         app.state.service = svc_box["svc"] = svc
         svc.start()
         try:

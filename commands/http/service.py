@@ -78,7 +78,8 @@ class Checkpointing(msgspec.Struct, frozen=True):
 class Service:
     def __init__(self, url: str, *, follow: bool = True, poll_interval: float | None = None,
                  limits: Limits | None = None, replica_url: str | None = None,
-                 replica_wait: float = REPLICA_WAIT, checkpoints: Checkpointing | None = None) -> None:
+                 replica_wait: float = REPLICA_WAIT, checkpoints: Checkpointing | None = None,
+                 retention_every: float = 0.0) -> None:
         from ledger.store import DatabaseURL
 
         self.url = url
@@ -109,6 +110,8 @@ class Service:
         self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="token-use")
         #: the service's own checkpoints and the witnesses it takes cosignatures from (``serve --checkpoint-key``)
         self.checkpoints = checkpoints or Checkpointing()
+        #: seconds between retention runs (``serve --retention-every``; 0: none)
+        self.retention_every = retention_every
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -127,6 +130,24 @@ class Service:
             t = threading.Thread(target=self._checkpoint, name="checkpoints", daemon=True)
             t.start()
             self._threads.append(t)
+        if self.retention_every > 0 and getattr(self.app.mapper, "sealer", None) is not None:
+            t = threading.Thread(target=self._retention, name="retention", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _retention(self) -> None:
+        """``retention run`` now and every ``retention_every`` seconds (``commands.protection``): idempotent, so
+        several servers of one ledger may run it; a failed run is tried again at the next period."""
+        from commands.protection import run_retention
+
+        while True:
+            try:
+                done = run_retention(self.app, self.ledger.backend)
+                COUNTERS.add("chat_ledger_retention_expired_total", len(done["expired"]))
+            except Exception as e:
+                log.warning("retention run: %s", as_error(e, self.where).message)
+            if self._stop.wait(self.retention_every):
+                return
 
     def _checkpoint(self) -> None:
         """Publish a checkpoint now and every ``checkpoints.every`` seconds (``commands.evidence``): several

@@ -12,25 +12,16 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger.sealing import ERASED
 from ledger.store import ChatLedgerApp, DatabaseURL, open_app
-from ledger.subjectkeys import MASTER_ENV, new_master_key
 from tests.audit.kit import cli, json_lines
 from tests.catalog.kit import ALICE, BOB, ORG, org_with, refused, run
 
 ALICE_WORDS = ("aliceasks7f3a", "alicetitle2c4d", "modelanswers91c2", "alicequeued5b7e", "aliceargs8d1f")
 BOB_WORDS = ("bobwrites55e0", "bobtitle0a9b")
-
-
-@pytest.fixture
-def master(monkeypatch) -> str:
-    key = new_master_key()
-    monkeypatch.setenv(MASTER_ENV, key)
-    return key
 
 
 def record(app) -> tuple[str, str]:

@@ -22,13 +22,6 @@ from tests.catalog.kit import ALICE, BOB, ORG, org_with, run
 MARKERS = ("alice-asks-7f3a", "model-says-91c2", "bob-writes-55e0", "title-of-alice-c4d1")
 
 
-@pytest.fixture
-def master(monkeypatch) -> str:
-    key = new_master_key()
-    monkeypatch.setenv(MASTER_ENV, key)
-    return key
-
-
 def record(app) -> str:
     org_with(app)
     chat = run(app, type="create_chat", organization_id=ORG, owner_id=ALICE, text=MARKERS[0])["chat_id"]
