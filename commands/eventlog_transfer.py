@@ -91,7 +91,8 @@ def invalid_export(number: int | None, reason: str) -> LedgerError:
     return LedgerError("invalid_export", f"{where}{reason}; nothing was imported")
 
 
-def import_lines(app: Any, lines: Any, on_validated: Any = None, unverified: bool = False) -> int:
+def import_lines(app: Any, lines: Any, on_validated: Any = None, unverified: bool = False,
+                 erased: dict[tuple[str, int], str] | None = None) -> int:
     """Record an export into an empty database, whole or not at all (same streams, versions, order, topics
     and payload bytes; notification ids are assigned anew, in the same order).
 
@@ -111,7 +112,11 @@ def import_lines(app: Any, lines: Any, on_validated: Any = None, unverified: boo
     line without its ``hash`` is refused (every exported line has one). A version 1 export (no hashes at
     all: nothing proves its lines) is refused unless ``unverified``; then the same transaction records
     ``ImportedWithoutProof`` naming every stream it created (``ledger.imports``), which ``events verify``
-    reports. ``on_validated(count)`` is called between the passes."""
+    reports. ``on_validated(count)`` is called between the passes.
+
+    ``erased`` (``destroyed_keys`` of the ledger an older export came from): its keys are imported destroyed, so an
+    export made before an erasure does not bring the erased content back; an export of unsealed content is then
+    refused (nothing in it can be kept erased)."""
     import tempfile
 
     if app.head() != 0:  # fail fast; checked again, under the write lock, before anything is recorded
@@ -120,6 +125,12 @@ def import_lines(app: Any, lines: Any, on_validated: Any = None, unverified: boo
         count, version, streams, keys = _validate(app, lines, spool, unverified)
         if version == 1:
             _spool(spool, _mark(app, streams, count, version))
+        if erased is not None:
+            if not keys:
+                raise invalid_export(None, "this export stores people's data unsealed: its erasures cannot be kept "
+                                           "(seal the ledger first: events encrypt-existing)")
+            keys = [{**r, "wrapped": None, "destroyed_at": erased[r["subject"], int(r["number"])]}
+                    if (r["subject"], int(r["number"])) in erased else r for r in keys]
         if keys:  # before the events, so they read as they did; rows the ledger has stay as they are
             app.mapper.sealer.keys.restore(keys)
             app.refresh_keys()
@@ -127,6 +138,19 @@ def import_lines(app: Any, lines: Any, on_validated: Any = None, unverified: boo
             on_validated(count)
         spool.seek(0)
         return _record(app, _spooled(spool)) - (version == 1)
+
+
+def destroyed_keys(url: str) -> dict[tuple[str, int], str]:
+    """(subject, number) -> when, of every key the sealed ledger at ``url`` destroyed (``import --keep-erasures-of``)."""
+    from ledger.store import open_app
+
+    other = open_app(url, create=False)
+    try:
+        sealer = getattr(other.mapper, "sealer", None)
+        rows = sealer.keys.rows() if sealer is not None else []
+    finally:
+        other.close()
+    return {(r["subject"], int(r["number"])): r["destroyed_at"] for r in rows if r["wrapped"] is None}
 
 
 def _mark(app: Any, streams: list[UUID], count: int, version: int) -> StoredEvent:

@@ -21,7 +21,7 @@ from commands.eventlog_verify import verify
 
 @click.group()
 def events() -> None:
-    """Stored events: verify, stats, export, import, rehash, checkpoint, prove."""
+    """Stored events: verify, stats, export, import, rehash, checkpoint, prove, encrypt-existing."""
 
 
 @events.command("verify")
@@ -196,11 +196,19 @@ def events_export(c: Ctx, since: int, output: Any, as_json: bool) -> None:
 @click.option("--unverified", is_flag=True,
               help="Import a version 1 export (its lines carry no hashes): its streams are recorded for good as "
                    "imported without proof, and events verify says so.")
+@click.option("--keep-erasures-of", "erasures_of", metavar="URL",
+              help="Keep the erasures of this ledger (a sealed one: the export's origin, as it is now): a key it "
+                   "destroyed is imported destroyed, whatever the (older) export holds (docs/privacy.md).")
 @json_option('Print the result as JSON ({"imported": N}).')
 @pass_ctx
-def events_import(c: Ctx, file: Any, unverified: bool, as_json: bool) -> None:
+def events_import(c: Ctx, file: Any, unverified: bool, erasures_of: str | None, as_json: bool) -> None:
     """Record an export (FILE or - for stdin) into an empty database: every line is checked first, then
     the whole file is recorded in one transaction (all of it or nothing)."""
+    erased = None
+    if erasures_of is not None:
+        from commands.eventlog_transfer import destroyed_keys
+
+        erased = destroyed_keys(erasures_of)
     first = file.readline()  # the header: how many events the export holds (for the progress bar)
     try:
         total = int(json.loads(first).get("head", 0))
@@ -210,11 +218,38 @@ def events_import(c: Ctx, file: Any, unverified: bool, as_json: bool) -> None:
         said = (lambda count: click.echo(f"validated {count} events; recording them in one transaction", err=True)) \
             if progress is not None else None
         n = import_lines(c.app, counted(itertools.chain([first], file), progress, total), on_validated=said,
-                         unverified=unverified)
+                         unverified=unverified, erased=erased)
     if as_json:
         emit_json({"imported": n})
     else:
         click.echo(f"imported {n} events")
+
+
+@events.command("encrypt-existing")
+@click.option("--to", "to", required=True, metavar="URL", help="The new, empty ledger to copy into, sealed.")
+@json_option('Print the result as JSON ({"events", "keys", "verified", "first_difference"}).')
+@pass_ctx
+def events_encrypt_existing(c: Ctx, to: str, as_json: bool) -> None:
+    """Copy this ledger (which stores people's data unsealed) into a new empty ledger that seals it under each
+    subject's keys (CHAT_LEDGER_MASTER_KEY), then compare every event field by field. A new log: this one is left
+    as it is, to keep or delete (docs/privacy.md)."""
+    from commands.reseal import encrypt_existing
+    from ledger.store import open_app
+
+    new = open_app(to)
+    try:
+        with progress_bar("sealing", c.app.head()) as progress:
+            result = encrypt_existing(c.app, new, progress)
+    finally:
+        new.close()
+    if as_json:
+        emit_json(result)
+    else:
+        click.echo(f"sealed {result['events']} events into {to} ({result['keys']} subject keys); "
+                   f"{result['verified']} read back equal")
+    if result["first_difference"] is not None:
+        d = result["first_difference"]
+        raise click.ClickException(f"the copy differs at stream {d['stream']} version {d['version']}: {d['fields']}")
 
 
 def counted(lines: Iterable[bytes], progress: Any, total: int) -> Iterator[bytes]:

@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("tools", "demo", 'Record a realistic set of chats from examples/ and a small simulation, and show what the ledger holds.'),
     "deployment": ("catalog", "deployment", 'Deployment-wide settings.'),
     "erase": ("privacy", "erase", "Erase a user's content: destroy their data keys (every chat's and conversation's, or --org's) and record it; their content reads [erased] from then on, and the views are rewritten."),
-    "events": ("events", "events", 'Stored events: verify, stats, export, import, rehash, checkpoint, prove.'),
+    "events": ("events", "events", 'Stored events: verify, stats, export, import, rehash, checkpoint, prove, encrypt-existing.'),
     "explain": ("audit", "explain", 'Explain a tool call, a queued prompt or a turn of a chat from its recorded facts.'),
     "hold": ("privacy", "hold", 'Legal holds: a held chat, user or organization is never erased (erasure and retention: legal_hold).'),
     "init": ("chat", "init", 'Create the tables (and the PostgreSQL schema) if missing; link the streams recorded before hash chains (as ``events rehash`` does).'),

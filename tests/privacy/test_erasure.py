@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from ledger.sealing import ERASED
 from ledger.store import ChatLedgerApp, DatabaseURL, open_app
+from ledger.subjectkeys import MASTER_ENV, new_master_key
 from tests.audit.kit import cli, json_lines
 from tests.catalog.kit import ALICE, BOB, ORG, org_with, refused, run
 
@@ -204,3 +205,47 @@ def test_erasures_and_holds_follow_the_model(plan, master):
                 assert (repr(text) in read) == (author not in erased), (c, author, text, erased)
     finally:
         app.close()
+
+
+def test_an_older_export_keeps_the_erasures_made_since(db_url, master, tmp_path):
+    """Point 5: an export made before an erasure, imported with --keep-erasures-of the ledger as it is now, brings
+    none of the erased content back (without it, the copy is the ledger as it was: a backup's content)."""
+    app = open_app(db_url)
+    try:
+        chat, _ = record(app)
+    finally:
+        app.close()
+    older = tmp_path / "older.jsonl"
+    cli(db_url, "events", "export", "-o", str(older))
+    cli(db_url, "erase", ALICE, "--reason", "request")
+    kept = f"sqlite:///{tmp_path / 'kept.db'}"
+    cli(kept, "events", "import", str(older), "--keep-erasures-of", db_url)
+    shown = cli(kept, "show", chat).output
+    assert not found(ALICE_WORDS, shown.encode()) and ERASED in shown and BOB_WORDS[0] in shown
+    assert found(ALICE_WORDS, raw_text(kept)) == [] and cli(kept, "events", "verify").exit_code == 0
+    plain = f"sqlite:///{tmp_path / 'plain.db'}"
+    cli(plain, "events", "import", str(older))  # (no erasures kept: the ledger as it was then)
+    assert ALICE_WORDS[0] in cli(plain, "show", chat).output
+
+
+def test_an_unsealed_ledger_is_copied_sealed_and_compared(tmp_path, monkeypatch):
+    """Point 6: events encrypt-existing copies a plaintext ledger into a new sealed one, field for field; the
+    original is left as it was; then the copy can erase."""
+    old = f"sqlite:///{tmp_path / 'old.db'}"
+    app = open_app(old)
+    try:
+        chat, _ = record(app)
+    finally:
+        app.close()
+    before = (tmp_path / "old.db").read_bytes()
+    assert found(ALICE_WORDS, before)  # plaintext
+    monkeypatch.setenv(MASTER_ENV, new_master_key())
+    new = f"sqlite:///{tmp_path / 'new.db'}"
+    result = json.loads(cli(old, "events", "encrypt-existing", "--to", new, "--json").output)
+    assert result["first_difference"] is None and result["verified"] == result["events"] > 10
+    assert (tmp_path / "old.db").read_bytes() == before  # untouched
+    assert cli(new, "show", chat).output.replace(new, "") == cli(old, "show", chat).output.replace(old, "")
+    assert cli(new, "events", "verify").exit_code == 0
+    cli(new, "erase", ALICE, "--reason", "request")
+    assert found(ALICE_WORDS, raw_text(new)) == []
+    cli(old, "events", "encrypt-existing", "--to", new, code=1)  # (not empty now: refused)
