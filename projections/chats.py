@@ -92,11 +92,13 @@ class ChatViews(Projection):
         within one batch, or a prompt queued and promoted, never touches the tables. An erasure: the chats
         it names are forgotten (their decrypted states) and their rows rewritten (``projections.erasure``)."""
         if is_erasure(event):
+            pending = set()  # chats whose rows this batch had not written yet: their changes are dropped
             if self.position is not None:
                 for chat in event.streams:
-                    self._touched.pop(chat.int, None)
+                    if self._touched.pop(chat.int, None) is not None:
+                        pending.add(chat)
                     self.stream_done(chat)
-            return rederive(self, self.app, event, self.position)
+            return rederive(self, self.app, event, self.position, pending)
         key = event.originator_id.int
         entry = self._touched.get(key)
         if entry is None:

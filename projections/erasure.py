@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledger.positions import version_at
 from ledger.protection.events import ERASURE_TOPICS
 from projections.rowops import DeleteWhere, RowOp, Upsert
-from projections.streamwise import stream_rows
+from projections.streamwise import read_streams, stream_rows
+
+MAX_VERSION = 2**62  # (every version of a stream: those after the erasure's position are left out by position)
 
 __all__ = ["ERASURE_TOPICS", "is_erasure", "rederive"]
 
@@ -26,21 +27,32 @@ def is_erasure(event: Any) -> bool:
     return getattr(type(event), "TOPIC", None) in ERASURE_TOPICS
 
 
-def rederive(projection: Any, app: Any, event: Any, position: int | None) -> list[RowOp]:
+def rederive(projection: Any, app: Any, event: Any, position: int | None,
+             clear: set[Any] | frozenset[Any] = frozenset()) -> list[RowOp]:
     """The row operations that make ``projection``'s rows of each stream ``event`` names what its events as of
-    ``position`` (the erasure's notification id) give now; none outside a log-order batch."""
+    ``position`` (the erasure's notification id) give now; none outside a log-order batch.
+
+    Upserts: the view's rows of a stream at the erasure's position are those of its events up to there (what
+    "incremental equals rebuild" promises), so the rows computed again have the same keys and replace them one for
+    one. A stream in ``clear`` (one whose rows the projection had not yet written in this batch) has its rows
+    deleted first, as its pending changes are dropped. The streams' events are read together (one query per 500
+    streams), and those of another kind (a conversation, for the chat views) are left alone."""
     if position is None:
         return []
     app.refresh_keys()  # keys another process destroyed: dropped from this one's memory before decoding
     topics = projection.topic_set()
+    by_stream: dict[Any, list[Any]] = {}
+    for nid, stored in read_streams(app, {s: MAX_VERSION for s in event.streams}):
+        if nid <= position:
+            by_stream.setdefault(stored.originator_id, []).append(stored)
     ops: list[RowOp] = []
-    for stream_id in event.streams:
-        version = version_at(app.recorder, stream_id, position)
-        events = app.stream(stream_id, lte=version) if version else []
-        if not events or (topics is not None and events[0].TOPIC not in topics):
-            continue  # (not a stream of this view: a conversation for the chat views, ...)
-        for table in projection.tables:
-            ops.append(DeleteWhere(table.name, {table.primary_key[0]: str(stream_id)}))
-        for table, rows in stream_rows(type(projection)(app), events).items():
+    fresh = type(projection)(app)
+    for stream_id, stored in by_stream.items():
+        if topics is not None and stored[0].topic not in topics:
+            continue  # (not a stream of this view)
+        if stream_id in clear:
+            ops.extend(DeleteWhere(t.name, {t.primary_key[0]: str(stream_id)}) for t in projection.tables)
+        events = [app.mapper.to_domain_event(s) for s in stored]
+        for table, rows in stream_rows(fresh, events).items():
             ops.extend(Upsert(table, row) for row in rows)
     return ops

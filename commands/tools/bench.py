@@ -293,6 +293,9 @@ def print_table(results: dict[str, Any]) -> None:
             _row(backend, "scan+decode, sealed vs plain (s)", s["scan_decode_s"], p["scan_decode_s"],
                  x["scan_decode_ratio"])
             _row(backend, "stored bytes, sealed vs plain", s["stored_bytes"], p["stored_bytes"], x["stored_size_ratio"])
+            e = x["erasure"]
+            _row(backend, f"erase a user of {e['chats']:,} chats vs record them (s)", e["erase_s"], e["record_s"],
+                 e["record_vs_erase_ratio"], "seconds")
         if "concurrent" in r:
             x = r["concurrent"]
             for mode in ("distinct", "contended"):

@@ -1,7 +1,8 @@
 """Benchmark child of sealing people's data (issue 28, point 7; ``chat-ledger bench --only privacy``, run by
 ``commands.tools.bench_children``): the same commands through the handler into a ledger opened with a master key
 (every personal value sealed: ``ledger.sealer``) and into one without, chunk by chunk in ABBA order; then the same
-generated events in two fresh ledgers, each scanned and decoded and its chat views rebuilt (best of 2)."""
+generated events in two fresh ledgers, each scanned and decoded and its chat views rebuilt (best of 2); then the
+erasure of a user who owns 1,000 chats, among as many of others (``_erasure``)."""
 
 from __future__ import annotations
 
@@ -76,4 +77,49 @@ def child_privacy(url: str, commands: int, events: int = 30_000, rounds: int = 8
                 "scan_decode_ratio": round(measured["plain"]["scan_decode_s"] / measured["sealed"]["scan_decode_s"], 3),
                 "rebuild_ratio": round(measured["plain"]["rebuild_s"] / measured["sealed"]["rebuild_s"], 3),
                 "stored_size_ratio": round(measured["sealed"]["stored_bytes"] / measured["plain"]["stored_bytes"], 3)})
+    out["erasure"] = _erasure(_sibling(url, "erase"), master)
     return out
+
+
+def _erasure(url: str, master: str, chats: int = 1000) -> dict[str, Any]:
+    """A sealed ledger where one user owns ``chats`` chats (a prompt, an answer, a finished turn each) and others
+    as many; the views caught up; then ``erase_subject`` of that user timed whole — its keys destroyed, the
+    erasure recorded, the views of its chats rewritten, the views' files scrubbed — beside the time the same
+    chats took to record (the ratio: recording / erasing)."""
+    from commands.handler import command_from_dict, execute
+    from commands.tools.workload import ORGS, USERS, setup_catalogs
+    from commands.views import catch_up_views
+    from projections import open_backend
+
+    def run(app: Any, **command: Any) -> dict[str, Any]:
+        return execute(app, command_from_dict(command))
+
+    def chat(app: Any, owner: Any, i: int) -> None:
+        c = run(app, type="create_chat", organization_id=str(ORGS[0]), owner_id=str(owner),
+                message={"role": "user", "parts": [{"type": "text", "text": f"please look at item {i} of mine"}]})
+        run(app, type="commit_step", chat_id=c["chat_id"], messages=[{"role": "assistant", "parts": [
+            {"type": "text", "text": f"item {i} looks fine to me"}]}])
+        run(app, type="finish_turn", chat_id=c["chat_id"])
+
+    app = _open(url, master)
+    try:
+        setup_catalogs(app)
+        subject, others = USERS[0], USERS[1:]
+        t = time.perf_counter()
+        for i in range(chats):
+            chat(app, subject, i)
+        record_s = time.perf_counter() - t
+        for i in range(chats):
+            chat(app, others[i % len(others)], i)
+        backend = open_backend(url)
+        catch_up_views(app, backend)
+        backend.close()
+        t = time.perf_counter()
+        result = run(app, type="erase_subject", user_id=str(subject), reason="bench")
+        erase_s = time.perf_counter() - t
+    finally:
+        app.close()
+        _drop(url)
+    return {"chats": chats, "other_chats": chats, "keys_destroyed": result["keys_destroyed"],
+            "streams": len(result["streams"]), "erase_s": round(erase_s, 3), "record_s": round(record_s, 3),
+            "record_vs_erase_ratio": round(record_s / erase_s, 2)}
