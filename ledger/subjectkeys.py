@@ -18,9 +18,10 @@ import os
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple, TypeVar
 from uuid import UUID
 
+T = TypeVar("T")
 MASTER_ENV, MASTER_FILE_ENV = "CHAT_LEDGER_MASTER_KEY", "CHAT_LEDGER_MASTER_KEY_FILE"
 _WRAP_CONTEXT = b"chat-ledger-data-key/v1"
 
@@ -112,24 +113,27 @@ class KeyRing:
 
     def _sql(self, statements: list[tuple[str, tuple[Any, ...]]], commit: bool = False) -> list[tuple[Any, ...]]:
         """Run the statements in one transaction; the rows of the last one, as tuples."""
+        def run(c: Any) -> list[tuple[Any, ...]]:
+            for sql, params in statements:
+                c.execute(sql, params)
+            return _rows(c) if statements[-1][0].startswith(("SELECT", "PRAGMA table_info")) else []
+        return self._tx(run, commit)
+
+    def _tx(self, work: Callable[[Any], T], commit: bool = False) -> T:
+        """``work(cursor)`` in one transaction (of the ledger's datastore, or the in-memory database)."""
         if self._memory is not None:
             with self._lock:
                 c = self._memory.cursor()
                 c.execute("BEGIN")
                 try:
-                    for sql, params in statements:
-                        c.execute(sql, params)
-                    rows = c.fetchall()
+                    out = work(c)
                 except BaseException:
                     c.execute("ROLLBACK")
                     raise
                 c.execute("COMMIT")
-                return rows
+                return out
         with self.datastore.transaction(commit=commit) as c:
-            for sql, params in statements:
-                c.execute(sql, params)
-            rows = c.fetchall() if statements[-1][0].startswith(("SELECT", "PRAGMA table_info")) else []
-        return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows]
+            return work(c)
 
     def ensure(self) -> None:
         """Make the table and its indexes (once per process; several processes at once: the losers of PostgreSQL's
@@ -185,23 +189,33 @@ class KeyRing:
         from eventsourcing.persistence import IntegrityError
 
         self.ensure()
-        p, s = self.p, self._id(subject)
-        for _ in range(10):
-            rows = self._sql([(f"SELECT number, wrapped FROM {self.table} WHERE subject = {p} AND scope {self.same} "
-                               f"{p} AND wrapped IS NOT NULL ORDER BY number DESC LIMIT 1", (s, self._id(scope)))])
-            if rows:
-                return int(rows[0][0]), unwrap(self.master, subject, int(rows[0][0]), bytes(rows[0][1]))
-            top = self._sql([(f"SELECT max(number) FROM {self.table} WHERE subject = {p}", (s,))])
-            number = int(top[0][0] or 0) + 1
+        p, s, t = self.p, self._id(subject), self.table
+
+        def find_or_make(c: Any) -> tuple[int, bytes | None, bytes | None]:
+            # one transaction: the live key of the scope, else a new one numbered after the subject's last
+            c.execute(f"SELECT number, wrapped FROM {t} WHERE subject = {p} AND scope {self.same} {p} AND wrapped IS "
+                      "NOT NULL ORDER BY number DESC LIMIT 1", (s, self._id(scope)))
+            found = _rows(c)
+            if found:
+                return int(found[0][0]), bytes(found[0][1]), None
+            c.execute(f"SELECT max(number) FROM {t} WHERE subject = {p}", (s,))
+            number = int(_rows(c)[0][0] or 0) + 1
             key = os.urandom(32)
+            if not self.sqlite:
+                # No wait for the disk (or a synchronous standby) here: the first event sealed under this key
+                # commits after it, and a commit makes the log durable up to it — this insert included. A key
+                # lost in a crash before any event used it sealed nothing.
+                c.execute("SET LOCAL synchronous_commit TO OFF")
+            c.execute(f"INSERT INTO {t} (subject, number, scope, wrapped, created_at) VALUES ({p}, {p}, {p}, {p}, "
+                      f"{p})", (s, number, self._id(scope), wrap(self.master, subject, number, key), _now()))
+            return number, None, key
+
+        for _ in range(10):
             try:
-                self._sql([(f"INSERT INTO {self.table} (subject, number, scope, wrapped, created_at) VALUES "
-                            f"({p}, {p}, {p}, {p}, {p})",
-                            (s, number, self._id(scope), wrap(self.master, subject, number, key), _now()))],
-                          commit=True)
-                return number, key
+                number, wrapped, key = self._tx(find_or_make, commit=True)
             except (IntegrityError, sqlite3_integrity_error()):
                 continue  # another process (or thread) made it first: read theirs
+            return number, key if key is not None else unwrap(self.master, subject, number, wrapped)  # type: ignore[arg-type]
         raise SubjectKeyError(f"no key could be made for subject {subject}")
 
     def get(self, subject: UUID, number: int) -> bytes | None:
@@ -328,6 +342,10 @@ class KeyRef(NamedTuple):
     subject: UUID
     number: int
     scope: UUID | None
+
+
+def _rows(c: Any) -> list[tuple[Any, ...]]:
+    return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in c.fetchall()]
 
 
 def sqlite3_integrity_error() -> type:
