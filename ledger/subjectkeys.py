@@ -102,6 +102,7 @@ class KeyRing:
 
             self._memory = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
         self._made = False
+        self._fast: Any = None
 
     @staticmethod
     def exists(app: Any) -> bool:
@@ -119,12 +120,14 @@ class KeyRing:
             return _rows(c) if statements[-1][0].startswith(("SELECT", "PRAGMA table_info")) else []
         return self._tx(run, commit)
 
-    def _tx(self, work: Callable[[Any], T], commit: bool = False) -> T:
-        """``work(cursor)`` in one transaction (of the ledger's datastore, or the in-memory database)."""
-        if self._memory is not None:
+    def _tx(self, work: Callable[[Any], T], commit: bool = False, unsynced: bool = False) -> T:
+        """``work(cursor)`` in one transaction (of the ledger's datastore, or the in-memory database). ``unsynced``:
+        on a SQLite file, on a connection of this ring's own that does not wait for the disk (``_unsynced``)."""
+        own = self._memory if self._memory is not None else self._unsynced() if unsynced and self.sqlite else None
+        if own is not None:
             with self._lock:
-                c = self._memory.cursor()
-                c.execute("BEGIN")
+                c = own.cursor()
+                c.execute("BEGIN IMMEDIATE")
                 try:
                     out = work(c)
                 except BaseException:
@@ -134,6 +137,22 @@ class KeyRing:
                 return out
         with self.datastore.transaction(commit=commit) as c:
             return work(c)
+
+    def _unsynced(self) -> Any:
+        """A connection to the SQLite file that commits without fsync (``synchronous=OFF``), for making keys: the
+        first event sealed under a key commits after it on the ledger's own connection, whose fsync of the shared
+        write-ahead log makes the key's pages durable too (a key lost in a crash before that sealed nothing). None
+        for a database in memory."""
+        if self._fast is None:
+            import sqlite3
+
+            pool = self.datastore.pool
+            if pool.is_sqlite_memory_mode:
+                return None
+            self._fast = sqlite3.connect(pool.db_name, timeout=float(pool.lock_timeout or 5), isolation_level=None,
+                                         check_same_thread=False)
+            self._fast.execute("PRAGMA synchronous=OFF")
+        return self._fast
 
     def ensure(self) -> None:
         """Make the table and its indexes (once per process; several processes at once: the losers of PostgreSQL's
@@ -204,7 +223,7 @@ class KeyRing:
             if not self.sqlite:
                 # No wait for the disk (or a synchronous standby) here: the first event sealed under this key
                 # commits after it, and a commit makes the log durable up to it — this insert included. A key
-                # lost in a crash before any event used it sealed nothing.
+                # lost in a crash before any event used it sealed nothing. (SQLite: ``_unsynced``.)
                 c.execute("SET LOCAL synchronous_commit TO OFF")
             c.execute(f"INSERT INTO {t} (subject, number, scope, wrapped, created_at) VALUES ({p}, {p}, {p}, {p}, "
                       f"{p})", (s, number, self._id(scope), wrap(self.master, subject, number, key), _now()))
@@ -212,7 +231,7 @@ class KeyRing:
 
         for _ in range(10):
             try:
-                number, wrapped, key = self._tx(find_or_make, commit=True)
+                number, wrapped, key = self._tx(find_or_make, commit=True, unsynced=True)
             except (IntegrityError, sqlite3_integrity_error()):
                 continue  # another process (or thread) made it first: read theirs
             return number, key if key is not None else unwrap(self.master, subject, number, wrapped)  # type: ignore[arg-type]

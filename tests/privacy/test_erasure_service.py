@@ -12,7 +12,7 @@ from ledger.sealing import ERASED
 from tests.audit.kit import cli
 from tests.catalog.kit import ALICE, BOB, ORG
 from tests.privacy.test_erasure import ALICE_WORDS, BOB_WORDS, found, record
-from tests.service.server import Server, tokens
+from tests.service.server import Server, sse_events, tokens
 
 from ledger.store import open_app
 
@@ -42,6 +42,15 @@ def test_the_service_reads_an_erasure_made_elsewhere_and_its_own(db_url, master)
             time.sleep(0.1)
         seen = reads(c, chat)
         assert found(ALICE_WORDS, seen.encode()) == [] and ERASED in seen and BOB_WORDS[0] in seen
+        # the live stream from the start of the chat: its events as they read now
+        with c.stream("GET", "/v1/events/stream", params={"chat": chat, "after": 0}) as r:
+            streamed = []
+            for message in sse_events(r, deadline=time.monotonic() + 10):
+                streamed.append(message.get("data", ""))
+                if len(streamed) >= 5:  # (the chat's five events)
+                    break
+        assert len(streamed) == 5 and not found(ALICE_WORDS, "".join(streamed).encode())
+        assert ERASED in "".join(streamed)
         with server.client(secrets["root"]) as root:
             r = root.post("/v1/commands", json={"type": "erase_subject", "user_id": BOB, "reason": "request"})
             assert r.json()["ok"], r.text
