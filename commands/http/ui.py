@@ -25,7 +25,7 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.enums import MediaType, RequestEncodingType
 from litestar.exceptions import HTTPException
-from litestar.params import Body, Parameter
+from litestar.params import Body, Parameter, QueryParameter
 from litestar.response import Redirect
 
 from commands import access, views
@@ -280,15 +280,21 @@ def _live_types(chat_only: bool = False) -> tuple[str, ...]:
 
 
 @get("/chats/{chat_id:uuid}", include_in_schema=False, sync_to_thread=True, dependencies=dependencies)
-def chat(chat_id: UUID, principal: Principal, state: State) -> Response[str]:
+def chat(chat_id: UUID, principal: Principal, state: State,
+         at: int | None = Parameter(default=None, ge=1, le=2**62),
+         as_of: str | None = Parameter(default=None, max_length=64)) -> Response[str]:
+    """The chat's page: as it is (followed live), or as it was at version ``at`` / at the time ``as_of``, with a
+    stepper through its versions and a link to what the last step changed (``/diff``)."""
     from commands.audit_page import page_data
-    from commands.queries import audit_timeline, chat_events
+    from commands.queries import audit_timeline, chat_events, cut_version
 
     svc = service(state)
     svc.scopes.check_read(principal, svc.scopes.chat(chat_id))
     head = svc.app.head()  # before reading: an event after it reaches the page through the stream
     events = chat_events(svc.app, chat_id)
-    data = page_data(svc.app, chat_id, events, None, audit_timeline(svc.app, chat_id, events, None))
+    upto = cut_version(events, at, as_of)
+    latest = events[-1].originator_version
+    data = page_data(svc.app, chat_id, events, upto, audit_timeline(svc.app, chat_id, events, upto))
 
     def explain(what: str, ident: Any) -> str:
         return f"/ui/chats/{chat_id}/explain?{what}={quote(str(ident))}"
@@ -296,9 +302,78 @@ def chat(chat_id: UUID, principal: Principal, state: State) -> Response[str]:
     evidence = data.get("evidence")
     proof_link = None if evidence is None else (  # (the API's route: a page's session cookie reads it too)
         lambda v: f"/v1/proofs/inclusion?stream={chat_id}&version={v}&size={evidence['log_size']}")
+    shown = data["version"]
+    versions = {"shown": shown, "latest": latest, "past": upto is not None and shown < latest,
+                "base": f"/ui/chats/{chat_id}", "bundle": f"/ui/chats/{chat_id}/bundle" if evidence else None}
+    live = None if versions["past"] else {"stream": f"/v1/events/stream?chat={chat_id}&after={head}",
+                                          "types": _live_types()}
     text = render_page(data, ui_link, template="ui_chat.html", explain=explain, me=principal, proof_link=proof_link,
-                       live={"stream": f"/v1/events/stream?chat={chat_id}&after={head}", "types": _live_types()})
+                       live=live, versions=versions)
     return html(text)
+
+
+@get("/chats/{chat_id:uuid}/diff", include_in_schema=False, sync_to_thread=True, dependencies=dependencies)
+def chat_diff_page(chat_id: UUID, principal: Principal, state: State,
+                   from_: int = QueryParameter(name="from", ge=0, le=2**62),
+                   to: int | None = Parameter(default=None, ge=1, le=2**62)) -> Response[str]:
+    """What changed in the chat from version ``from`` to ``to`` (default: the latest): ``ledger.audit.diff``."""
+    from commands.audit_page import page_data
+    from commands.queries import audit_timeline, chat_events, cut_version
+    from ledger.audit.diff import chat_diff
+
+    svc = service(state)
+    svc.scopes.check_read(principal, svc.scopes.chat(chat_id))
+    events = chat_events(svc.app, chat_id)
+    b = cut_version(events, to, None) or events[-1].originator_version
+    a = cut_version(events, from_, None) if from_ >= 1 else 0
+    if a >= b:
+        raise LedgerError("invalid_request", f"from ({a}) must be before to ({b})")
+
+    def at(version: int) -> dict[str, Any]:
+        if version == 0:  # (before the chat: nothing)
+            return {"version": 0, "messages": [], "edits": [], "queued": [], "now": {}, "title": "", "now_policy": "",
+                    "metadata": {}}
+        return page_data(svc.app, chat_id, events, version, audit_timeline(svc.app, chat_id, events, version),
+                         evidence=None)
+
+    diff = chat_diff(at(a), at(b))
+    return page("ui_diff.html", principal, chat_id=str(chat_id), diff=diff, latest=events[-1].originator_version)
+
+
+@get("/chats/{chat_id:uuid}/bundle", include_in_schema=False, sync_to_thread=True, dependencies=dependencies)
+def chat_bundle(chat_id: UUID, principal: Principal, state: State) -> Response[bytes]:
+    """The chat's evidence bundle as a zip (``audit CHAT --bundle``: the page, the events as stored, an inclusion
+    proof of each, the latest published checkpoint), for ``proof verify --bundle`` offline."""
+    import io
+    import tempfile
+    import zipfile
+
+    from commands.audit_page import audit_page
+    from commands.evidence import EvidenceError, bundle_checkpoint, write_bundle
+    from commands.queries import audit_timeline, chat_events
+
+    svc = service(state)
+    svc.scopes.check_read(principal, svc.scopes.chat(chat_id))
+    events = chat_events(svc.app, chat_id)
+
+    def page_at(version: int, evidence: dict[str, Any]) -> str:
+        return audit_page(svc.app, chat_id, events, version, audit_timeline(svc.app, chat_id, events, version),
+                          evidence=evidence, proof_link=lambda v: f"proofs/v{v}.json")
+
+    buffer = io.BytesIO()
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            write_bundle(svc.app, chat_id, events[-1].originator_version, Path(tmp),
+                         bundle_checkpoint(svc.app, None, None), page_at)
+        except EvidenceError as e:
+            raise LedgerError("checkpoint_not_found", f"{e}: the service publishes checkpoints with serve "
+                                                      "--checkpoint-key") from None
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+            for f in sorted(Path(tmp).rglob("*")):
+                if f.is_file():
+                    z.write(f, f"chat-{chat_id}/{f.relative_to(tmp)}")
+    return Response(buffer.getvalue(), media_type="application/zip",
+                    headers={"Content-Disposition": f'attachment; filename="chat-{chat_id}-evidence.zip"'})
 
 
 @get("/chats/{chat_id:uuid}/explain", include_in_schema=False, sync_to_thread=True, dependencies=dependencies)
@@ -327,6 +402,7 @@ def models(org: UUID, principal: Principal, state: State) -> Response[str]:
     return page("ui_models.html", principal, org=str(org), view=view)
 
 
-router = Router(path="/ui", route_handlers=[login_form, login, logout, home, chats, search_page, chat, explain_page, models, live_js],
+router = Router(path="/ui", route_handlers=[login_form, login, logout, home, chats, search_page, chat, chat_diff_page,
+                                            chat_bundle, explain_page, models, live_js],
                 exception_handlers={LedgerError: ledger_error_page, HTTPException: http_error_page},
                 include_in_schema=False)

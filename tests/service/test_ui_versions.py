@@ -1,0 +1,119 @@
+"""Issue 29, points 3 and 5, in Chromium through a real server: a chat as it was at a version (``?at=N``, and
+``?as_of=TIME``), stepped through with its links and its version slider; what one step changed (``/diff``: a
+message edited old → new, the one it replaced soft-deleted, the queue, the title); and the chat's evidence bundle
+downloaded from its page (a zip of the page, the events as stored, their inclusion proofs and the checkpoint). The
+screenshots are written to docs/ui/, which docs/ui.md shows."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from tests.audit.test_audit_page_browser import CHROMIUM, browser
+from tests.catalog.kit import ALICE, ORG
+from tests.service.test_ui import signed_in
+
+SHOTS = Path(__file__).resolve().parents[2] / "docs" / "ui"
+
+
+def record_edited_chat(world: Any) -> str:
+    """ALICE's chat: a prompt, an answer, the prompt edited (the old one and the answer soft-deleted), a
+    queued prompt, a new title."""
+    with world.client("alice") as c:
+        def run(**cmd: Any) -> dict[str, Any]:
+            r = c.post("/v1/commands", json=cmd)
+            assert r.json()["ok"], r.text
+            return r.json()["result"]
+
+        chat_id = run(type="create_chat", organization_id=ORG, owner_id=ALICE, text="Summarize the incident report",
+                      title="Incident review")["chat_id"]  # v1
+        run(type="commit_step", chat_id=chat_id, messages=[{"role": "assistant", "parts": [
+            {"type": "text", "text": "The outage lasted 40 minutes."}]}])  # v2
+        run(type="edit_message", chat_id=chat_id, message_id=1, text="Summarize the incident report for executives")
+        run(type="send_message", chat_id=chat_id, text="Then list the follow-ups", busy_behavior="queue")
+        run(type="set_title", chat_id=chat_id, title="Incident review (executive)")
+        return chat_id
+
+
+def version_of(url: str) -> int | None:
+    at = parse_qs(urlparse(url).query).get("at")
+    return int(at[0]) if at else None
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_chat_as_it_was_what_changed_and_its_evidence_in_chromium(world, tmp_path):
+    sync_playwright = browser()
+    chat_id = record_edited_chat(world)
+    with signed_in(world, "alice") as c:  # the pages without a browser first: the server's own answers
+        latest = int(c.get(f"/ui/chats/{chat_id}").text.split('data-version="')[1].split('"')[0])
+        assert c.get(f"/ui/chats/{chat_id}", params={"at": latest + 1}).status_code == 404  # version_not_found
+        assert c.get(f"/ui/chats/{chat_id}/diff", params={"from": 3, "to": 2}).status_code == 400
+    SHOTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = b.new_page(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+            page.goto(f"{world.server.base}/ui/login")
+            page.fill("input[name=token]", world.secrets["alice"])
+            page.click("button[type=submit]")
+            page.wait_for_url("**/ui/**")
+            # the chat as it was at version 2: the first prompt and its answer, not yet edited; not live
+            page.goto(f"{world.server.base}/ui/chats/{chat_id}?at=2")
+            body = page.inner_text("body")
+            assert "as it was at version 2" in body and "The outage lasted 40 minutes." in body
+            assert "for executives" not in body and page.locator("script[src*='live.js']").count() == 0
+            assert page.locator("#page").get_attribute("data-version") == "2"
+            page.screenshot(path=str(SHOTS / "chat-at-version.png"), full_page=True)
+            # one step on: the edit (recorded as the old prompt and its answer soft-deleted, then the new prompt)
+            page.click("#next")
+            page.wait_for_url("**at=3")
+            assert page.locator(".msg.deleted").count() == 2 and "for executives" not in page.inner_text("#page")
+            page.click("#changed")  # what version 3 changed
+            page.wait_for_url("**/diff?from=2&to=3")
+            assert "Soft-deleted" in page.inner_text("body")
+            assert "The outage lasted 40 minutes." in " ".join(page.locator(".msg.deleted").all_inner_texts())
+            page.goto(f"{world.server.base}/ui/chats/{chat_id}?at=4")
+            assert "for executives" in page.inner_text("#page")
+            # what the edit changed, old -> new
+            page.goto(f"{world.server.base}/ui/chats/{chat_id}/diff?from=2&to=4")
+            assert "Summarize the incident report" in page.inner_text(".edited .was")
+            assert "for executives" in page.inner_text(".edited .now")
+            assert "for executives" in page.inner_text(".msg.added")
+            page.screenshot(path=str(SHOTS / "chat-diff.png"), full_page=True)
+            # since version 4, to the latest: the queued prompt and the new title
+            page.goto(f"{world.server.base}/ui/chats/{chat_id}/diff?from=4")
+            since = page.inner_text("body")
+            assert "Then list the follow-ups" in page.inner_text("#diff-queue")
+            assert "Incident review (executive)" in page.inner_text("#diff-state")
+            # the slider: version 1
+            page.goto(f"{world.server.base}/ui/chats/{chat_id}?at=4")
+            page.locator("input[name=at]").fill("1")
+            page.click("#versions button[type=submit]")
+            page.wait_for_url("**at=1")
+            assert version_of(page.url) == 1 and "The outage" not in page.inner_text("#page")
+            # as of a time before the chat: refused, and a page says why
+            page.goto(f"{world.server.base}/ui/chats/{chat_id}?as_of=2000-01-01T00:00:00Z")
+            assert "stream_not_found" in page.inner_text("body") or "had no events" in page.inner_text("body")
+            # the latest version, with the evidence bundle of a chat the published checkpoint covers
+            page.goto(f"{world.server.base}/ui/chats/{world.chat_a}")
+            assert "the latest (live)" in page.inner_text("#versions")
+            with page.expect_download() as got:
+                page.click("#bundle")
+            path = tmp_path / "bundle.zip"
+            got.value.save_as(path)
+        finally:
+            b.close()
+    with zipfile.ZipFile(io.BytesIO(path.read_bytes())) as z:
+        names = z.namelist()
+        root = f"chat-{world.chat_a}/"
+        manifest = json.loads(z.read(root + "bundle.json"))
+        assert {root + n for n in ("checkpoint.json", "events.jsonl", "page.html", "bundle.json")} <= set(names)
+        assert manifest["versions"] >= 1 and manifest["stream_id"] == str(world.chat_a)
+        assert sum(n.startswith(root + "proofs/v") for n in names) == manifest["versions"]
+    assert since  # (read above)
