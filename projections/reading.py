@@ -151,9 +151,8 @@ class Reader:
                 params.append(enc(norm(high)))
         for col, sub in (contains or {}).items():
             t.column(col)
-            escaped = sub.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             conds.append(f"d.{_q(col)} LIKE {b.PARAM} ESCAPE '\\'")
-            params.append(f"%{escaped}%")
+            params.append(_like(sub))
         j: Table | None = None
         if join is not None:
             other, jname = join
@@ -185,6 +184,24 @@ class Reader:
         joined = b._decode_rows(j, [r[n:width] for r in raw]) if j is not None else [None] * len(rows)
         return list(zip(rows, joined))
 
+    def distinct(self, table: str, column: str, where: Mapping[str, Any] | None = None,
+                 contains: Mapping[str, str] | None = None) -> set[Any]:
+        """The distinct values of ``column`` in the rows of ``table`` matching ``where`` (equality, as ``query``)
+        and ``contains`` ({text column: substring})."""
+        t = self.tables[table]
+        b = self.backend
+        w, params = b._where(t, t.normalize_where(where), "")
+        conds = [w[len(" WHERE "):]] if w else []
+        for col, sub in (contains or {}).items():
+            t.column(col)
+            conds.append(f"{_q(col)} LIKE {b.PARAM} ESCAPE '\\'")
+            params = [*params, _like(sub)]
+        sql = (f"SELECT DISTINCT {_q(t.column(column).name)} FROM "
+               f"{b._qualify(physical_name(self.projection, self.version, table))}"
+               + (f" WHERE {' AND '.join(conds)}" if conds else ""))
+        self.cur.execute(sql, params)
+        return {r[0] for r in self.cur.fetchall()}
+
     def position(self) -> int:
         """The notification the rows read here reflect (same snapshot as ``query``)."""
         b = self.backend
@@ -211,3 +228,8 @@ class Snapshot:
         b = self.backend
         q = b._FAILURES.format(b._qualify("projection_failures")) + " WHERE projection = %s AND version = %s"
         return b._failures(self.cur, q, (name, version)).get((name, version))
+
+
+def _like(sub: str) -> str:
+    """A LIKE pattern matching ``sub`` anywhere (its wildcards escaped with ``\\``)."""
+    return "%" + sub.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"

@@ -204,25 +204,60 @@ def home(principal: Principal) -> Response[Any]:
 @get("/orgs/{org:uuid}/chats", include_in_schema=False, sync_to_thread=True, dependencies=dependencies)
 def chats(org: UUID, principal: Principal, state: State,
           status: str | None = Parameter(default=None, pattern=STATUSES + "|^$"),
-          q: str | None = None) -> Response[str]:
+          q: str | None = None, owner: str | None = Parameter(default=None, max_length=64),
+          model: str | None = Parameter(default=None, max_length=64),
+          tool: str | None = Parameter(default=None, max_length=200),
+          since: str | None = Parameter(default=None, max_length=64),
+          until: str | None = Parameter(default=None, max_length=64),
+          has: str | None = Parameter(default=None, pattern="^(error|unresolved)?$"),
+          cursor: str | None = Parameter(default=None, max_length=300)) -> Response[str]:
+    """The organization's chats (a member's own), newest activity first, filtered (``commands.chatlist``), in
+    pages; with ``q``, only those the search finds."""
+    from commands.chatlist import ChatListFilters, chat_list
+
     svc = service(state)
     where = access.chats_filter(principal, org)
     head = svc.app.head()
-    if status:
-        where["status"] = status
-    backend = views.catch_up_views(svc.app, svc.ledger.backend, ("chat_views", "search") if q else ("chat_views",))
-    rows = views.query(backend, "chat_views", "chat_status", where, order_by=["updated_at", "chat_id"])[::-1]
-    total = len(rows)
+    form = {"status": status or "", "q": q or "", "owner": owner or "", "model": model or "", "tool": tool or "",
+            "since": since or "", "until": until or "", "has": has or ""}
+    try:
+        filters = ChatListFilters(status=status or None, owner=UUID(owner) if owner else None,
+                                  model=UUID(model) if model else None, tool=tool or None,
+                                  since=_when(since), until=_until(until), has=has or None)  # type: ignore[arg-type]
+    except ValueError as e:
+        raise LedgerError("invalid_request", f"a filter is not valid: {e}") from None
+    backend = views.catch_up_views(svc.app, svc.ledger.backend, ("chat_views", "search"))
+    listed = chat_list(backend, where, filters, LIST_LIMIT, cursor)
+    rows = listed.rows
     if q and q.strip():  # the search view: titles, messages, tool calls and results, queued prompts, errors
         from commands.search import MAX_LIMIT, search
 
         scope = {k: v for k, v in where.items() if k in ("organization_id", "owner_id")}
         found = {h.chat_id for h in search(backend, q, scope=scope, limit=MAX_LIMIT).hits}
         rows = [r for r in rows if r["chat_id"] in found]
-    shown = rows[:LIST_LIMIT]
-    return page("ui_chats.html", principal, org=str(org), rows=shown, status=status or "", q=q or "",
-                statuses=STATUSES.strip("^$()").split("|"), total=total, limit=LIST_LIMIT,
+    more = None if listed.next_cursor is None else (
+        f"/ui/orgs/{org}/chats?" + urlencode({**{k: v for k, v in form.items() if v}, "cursor": listed.next_cursor}))
+    return page("ui_chats.html", principal, org=str(org), rows=rows, form=form, more=more, matched=listed.matched,
+                statuses=STATUSES.strip("^$()").split("|"), limit=LIST_LIMIT,
                 live={"stream": f"/v1/events/stream?org={org}&after={head}", "types": _live_types(chat_only=True)})
+
+
+def _when(text: str | None) -> Any:
+    """A time filter: ISO 8601, UTC unless it says; a date alone is the whole day (``since`` its start, ``until``
+    its end)."""
+    if not text:
+        return None
+    from datetime import datetime, timezone
+
+    at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+
+
+def _until(text: str | None) -> Any:
+    from datetime import timedelta
+
+    at = _when(text)
+    return at if at is None or "T" in (text or "") else at + timedelta(days=1) - timedelta(microseconds=1)
 
 
 @get("/search", include_in_schema=False, sync_to_thread=True, dependencies=dependencies)
@@ -303,12 +338,17 @@ def chat(chat_id: UUID, principal: Principal, state: State,
     proof_link = None if evidence is None else (  # (the API's route: a page's session cookie reads it too)
         lambda v: f"/v1/proofs/inclusion?stream={chat_id}&version={v}&size={evidence['log_size']}")
     shown = data["version"]
+    from commands.chatlist import family
+
+    root = svc.scopes.chat(chat_id).root if data["parent_chat_id"] or data["children"] else None  # (a family)
+    tree = family(views.catch_up_views(svc.app, svc.ledger.backend, ("chat_views",)), str(root)) if root else []
+    tree = [t for t in tree if svc.scopes.may_read(principal, svc.scopes.chat(UUID(t["chat_id"]))) is None]
     versions = {"shown": shown, "latest": latest, "past": upto is not None and shown < latest,
                 "base": f"/ui/chats/{chat_id}", "bundle": f"/ui/chats/{chat_id}/bundle" if evidence else None}
     live = None if versions["past"] else {"stream": f"/v1/events/stream?chat={chat_id}&after={head}",
                                           "types": _live_types()}
     text = render_page(data, ui_link, template="ui_chat.html", explain=explain, me=principal, proof_link=proof_link,
-                       live=live, versions=versions)
+                       live=live, versions=versions, family=tree)
     return html(text)
 
 
