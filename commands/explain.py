@@ -119,3 +119,23 @@ def _promotion_now(reader: AsOf, events: list[Any], data: dict[str, Any]) -> tup
     now = rd.outcome(resolution_rule(reader.at(None), before, promoted))  # type: ignore[misc]
     return {"model_resolution": now}, rd.differences({"model_resolution": o["model_resolution"]},
                                                      {"model_resolution": now}, ("as_of", "current"))
+
+
+def default_since(app: Any, chat_id: UUID, version: int, model_config_id: Any) -> dict[str, Any] | None:
+    """The catalog change that made ``model_config_id`` the organization's default, as of the chat's ``version``
+    (its log position): ``{version, time, actor, reason}`` of that ``DefaultModelConfigChanged``; None when the
+    catalog holds none (``ledger.audit.readable``: "the organization's default since version N of its catalog")."""
+    from ledger.catalog.aggregate import OrganizationCatalog
+    from ledger.catalog.events import DefaultModelConfigChanged
+    from ledger.streams import locate
+
+    org = chat_events(app, chat_id)[0].organization_id
+    stream_id, catalog = locate(app, OrganizationCatalog, org, lambda i: app.load_cached(i, copy=False))
+    nid = positions.notification_id(app.recorder, chat_id, version)
+    if catalog is None or nid is None:
+        return None
+    for e in reversed(app.stream(stream_id, lte=positions.version_at(app.recorder, stream_id, nid) or 1)):
+        if isinstance(e, DefaultModelConfigChanged) and str(e.model_config_id) == str(model_config_id):
+            return {"version": e.originator_version, "time": e.timestamp.isoformat(),
+                    "actor": str(e.actor) if e.actor else None, "reason": str(e.reason)}
+    return None

@@ -420,17 +420,24 @@ def chat_bundle(chat_id: UUID, principal: Principal, state: State) -> Response[b
 def explain_page(chat_id: UUID, principal: Principal, state: State, tool_call: str | None = None,
                  queued_message: int | None = Parameter(default=None, ge=0, le=2**62),
                  turn: str | None = None) -> Response[str]:
-    from commands.explain import explain
+    """The decision in sentences with links (``ledger.audit.readable``), "as it was then" beside "with today's
+    settings" where they differ, and the report's JSON one click away."""
+    from commands.explain import default_since, explain
+    from ledger.audit.readable import readable
     from ledger.audit.render import folded_json
 
     svc = service(state)
     svc.scopes.check_read(principal, svc.scopes.chat(chat_id))
     asked = {"tool_call": tool_call, "queued_message": queued_message, "turn": turn}
-    report = explain(svc.app, chat_id, **asked)  # (exactly one of them, or invalid_request)
+    report = explain(svc.app, chat_id, with_current_settings=True, **asked)  # (exactly one, or invalid_request)
     what, ident = next((k, v) for k, v in asked.items() if v is not None)
+    since = None
+    if what == "turn" and (report.get("model_resolution") or {}).get("model_config_id"):
+        since = default_since(svc.app, chat_id, report["started"]["version"],
+                              report["model_resolution"]["model_config_id"])
     text, folded = folded_json(report)  # a page is bounded; the API answer is whole
     return page("ui_explain.html", principal, chat_id=str(chat_id), what=what.replace("_", " "), ident=str(ident),
-                report=text, folded=folded,
+                report=text, folded=folded, said=readable(report, what, since),
                 api=f"/v1/chats/{chat_id}/explain?{what}={quote(str(ident))}")
 
 

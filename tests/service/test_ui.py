@@ -247,6 +247,6 @@ def test_the_pages_in_chromium(world, tmp_path):
             # and the explain link of the timeline opens the explanation
             page.click(f"a[href='/ui/chats/{chat_id}/explain?tool_call=call_t']", strict=False)
             page.wait_for_url("**/explain?tool_call=call_t")
-            assert "call_t" in page.inner_text("#explain")
+            assert "call_t" in page.inner_text("#headline") and "call_t" in page.text_content("#explain")
         finally:
             b.close()
