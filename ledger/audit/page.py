@@ -176,6 +176,17 @@ def chat_page(data: dict[str, Any], events: list[Any], settings_at: SettingsAt =
                                "model": names.get(m["model_config_id"] or "", m["model_config_id"]),
                                "edit": edited.get(m["message_id"])})
 
+    # the messages turn by turn, for folding: the latest turns open, the older ones closed once there are many
+    groups: list[dict[str, Any]] = []
+    for m in shown_messages:
+        if not groups or groups[-1]["turn_id"] != m["turn_id"]:
+            groups.append({"turn_id": m["turn_id"], "number": len(groups) + 1, "messages": []})
+        groups[-1]["messages"].append(m)
+    for g in groups:
+        g["open"] = g["number"] > len(groups) - OPEN_TURNS
+        g["first_version"] = next((m["version"] for m in g["messages"] if m["version"]), None)
+        g["errors"] = sum(1 for m in g["messages"] for p in m["shown_parts"] if p.get("is_error"))
+
     turn_ids = [e.turn_id for e in events if isinstance(e, (ev.ChatCreated, ev.TurnStarted, ev.QueuedPromptPromoted))]
     turns, steps = [], []
     times = {r["version"]: r["time"] for r in rows}
@@ -250,12 +261,16 @@ def chat_page(data: dict[str, Any], events: list[Any], settings_at: SettingsAt =
         "parent_chat_id": str(created.parent_chat_id) if created.parent_chat_id else None, "children": children,
         "now": rows[-1]["state"] if rows else {}, "now_policy": policy_text(rows[-1]["state"]["policy"]) if rows else "",
         "first": rows[0]["time"] if rows else None, "last": rows[-1]["time"] if rows else None,
-        "path": path, "messages": shown_messages, "edits": edits, "turns": turns, "steps": steps,
+        "path": path, "messages": shown_messages, "turn_groups": groups, "edits": edits, "turns": turns, "steps": steps,
         "queued": queued, "calls": calls, "errors": errors, "events": rows,
         "usage": usage_rows(data.get("usage")),
         "ids": shortest_unique(every_id + children + ([str(created.parent_chat_id)] if created.parent_chat_id else [])),
         "model_names": names,
     }
+
+
+#: turns whose messages a page shows open (the older ones are folded, each a click away)
+OPEN_TURNS = 5
 
 
 def chat_metadata(events: list[Any]) -> dict[str, Any]:
