@@ -87,6 +87,11 @@ def test_the_chat_list_filters_and_the_family_tree_in_chromium(world):
             assert listed(page) == {chats["failed"]}
             page.goto(f"{base}?until=2000-01-01")
             assert listed(page) == set()
+            # the search page: a ranked hit with its snippet, linking to the message's anchor
+            page.goto(f"{world.server.base}/ui/search?q=clean&tool=execute")
+            hit = page.locator(f"a[href^='/ui/chats/{chats['parent']}#msg-']").first
+            assert hit.count() == 1 and "make clean" in page.inner_text("body")
+            page.screenshot(path=str(SHOTS / "search.png"), full_page=True)
             # the family, from the child's page: the parent above it, each linked
             page.goto(f"{world.server.base}/ui/chats/{chats['child']}")
             tree = page.inner_text("#family")
