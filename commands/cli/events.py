@@ -236,10 +236,11 @@ def events_encrypt_existing(c: Ctx, to: str, as_json: bool) -> None:
     from commands.reseal import encrypt_existing
     from ledger.store import open_app
 
+    old = c.app  # (the ledger to copy first: one that does not exist is refused before anything is made)
     new = open_app(to)
     try:
-        with progress_bar("sealing", c.app.head()) as progress:
-            result = encrypt_existing(c.app, new, progress)
+        with progress_bar("sealing", old.head()) as progress:
+            result = encrypt_existing(old, new, progress)
     finally:
         new.close()
     if as_json:

@@ -1,8 +1,9 @@
 """A command script that writes with every command type, and the tools to compare two runs of it.
 
 ``script(tag)`` returns the steps of one organization's life: catalog and deployment commands, two chats
-(a root and its child) taken through every chat command, tool-call executions on the root's calls, and a
-conversation through every conversation command. Ids are derived from ``tag``, so scripts of different
+(a root and its child) taken through every chat command, tool-call executions on the root's calls, a
+conversation through every conversation command, and a legal hold and a retention policy (every command but
+``erase_subject``, which needs a sealed ledger: ``NEEDS_SEALING``). Ids are derived from ``tag``, so scripts of different
 tags touch different streams (only the deployment is shared). A step is a command object, or a function
 of the results so far that returns one (a conversation steer carries the token a previous command
 returned). ``keyed`` gives every command an idempotency key.
@@ -26,6 +27,10 @@ NAMESPACE = uuid.UUID("6f1d2c3b-4a59-4e7d-8c6b-5a4f3e2d1c0b")
 OTHER_USER = "5b1d7e9a-2c4f-4a6b-9d8e-00000000a12d"
 SESSION = "00112233445566778899aabb"
 CALL = {"type": "call", "name": "ls", "arguments": "{}"}
+
+
+#: command types the script cannot run, and why: they need a ledger opened with a master key (tests/privacy)
+NEEDS_SEALING = frozenset({"erase_subject"})
 
 
 def ids(tag: str, *names: str) -> list[str]:
@@ -175,7 +180,13 @@ def script(tag: str, dynamic: bool = True) -> list[Step]:
         conv("fail", job=3, message="boom"),
         conv("recover", force=True),
     ]
-    return catalog + chats + conversation_steps + (steer if dynamic else []) + rest
+    # people's data (erase_subject needs a sealed ledger, which these runs are not: tests/privacy run it)
+    protection: list[Step] = [
+        {"type": "set_legal_hold", "target": root, "hold": True, "reason": "litigation"},
+        {"type": "set_legal_hold", "target": root, "hold": False, "reason": "settled"},
+        {"type": "set_retention_policy", "organization_id": org, "content_days": 30 + n},
+    ]
+    return catalog + chats + conversation_steps + (steer if dynamic else []) + rest + protection
 
 
 def with_key(command: dict[str, Any], key: str) -> dict[str, Any]:

@@ -235,6 +235,14 @@ def run_everything(do: Script, draw: Any) -> None:
     do("conversation_restart", conversation_id=cid)
     do("conversation_recover", conversation_id=cid, force=True)
 
+    # people's data: a hold on the chat and on a user, a retention policy, an erasure (refused here: this
+    # ledger is not sealed — not_sealed; the privacy tests erase in sealed ledgers)
+    chat_id = (created or {}).get("chat_id") or str(uuid4())
+    do("set_legal_hold", target=chat_id, hold=True, reason="r" + draw(texts)[:1999])
+    do("set_legal_hold", target=other, hold=draw(st.booleans()), reason="r" + draw(small_text))
+    do("set_retention_policy", organization_id=org, content_days=draw(st.one_of(st.none(), st.integers(1, 365_000))))
+    do("erase_subject", user_id=other, reason="r" + draw(texts)[:1999])
+
     do("remove_organization_member", organization_id=org, user_id=other)
     do("delete_model_config", organization_id=org, model_config_id=model)
 

@@ -48,6 +48,10 @@ READ_COMMANDS: dict[tuple[str, ...], tuple[str, ...]] = {
     # (they write the Merkle tree beside an existing log, never a ledger: the ledger is looked for first)
     ("events", "checkpoint"): ("--key", "/nonexistent/k.key"),
     ("events", "prove"): (CHAT, "1", "--checkpoint", "/nonexistent/cp.json"),
+    # (people's data: they act on a ledger that exists — an erasure, a hold, a policy is never its first fact)
+    ("erase",): (CHAT, "--reason", "r"), ("hold", "set"): (CHAT, "--reason", "r"),
+    ("hold", "clear"): (CHAT, "--reason", "r"), ("retention", "set"): (ORG, "--content-days", "30"),
+    ("retention", "run"): (), ("events", "encrypt-existing"): ("--to", "sqlite:////nonexistent/new.db"),
 }
 READS = [(*path, *args) for path, args in READ_COMMANDS.items()] + [("status",)]
 #: commands that do not open the ledger named by --db at all
