@@ -342,8 +342,6 @@ def explain_turn(chat_events: Iterable[Any], turn_id: str,
     ledgers, or steps no attempt was recorded for, ``settings_at(state_before, version)`` gives them as of
     the step's log position (``resolved``). ``current_settings(state_before)`` adds what today's catalog
     and deployment would give, and the differences."""
-    from ledger.audit.redecide import differences
-
     events = list(chat_events)
     if not events:
         raise LedgerError("chat_not_found", "chat not found")
@@ -352,12 +350,39 @@ def explain_turn(chat_events: Iterable[Any], turn_id: str,
         tid = UUID(turn_id)
     except ValueError:
         raise LedgerError("invalid_command", f"invalid turn id: {turn_id!r}") from None
+    reports, state = _turn_reports(events, {tid}, settings_at, current_settings)
+    if tid not in reports:
+        raise LedgerError("turn_not_found", f"no turn {turn_id} in chat {chat_id}")
+    return _with_lines(reports[tid], state)
+
+
+def explain_turns(chat_events: Iterable[Any],
+                  settings_at: Callable[[Any, int], dict[str, Any] | None] | None = None) -> list[dict[str, Any]]:
+    """``explain_turn`` of every turn of the chat, in the order they started, from one pass over its events (the
+    audit page's turns: a long chat has thousands)."""
+    reports, state = _turn_reports(list(chat_events), None, settings_at, None)
+    return [_with_lines(out, state) for out in reports.values()]
+
+
+def _turn_reports(events: list[Any], wanted: set[UUID] | None,
+                  settings_at: Callable[[Any, int], dict[str, Any] | None] | None,
+                  current_settings: Callable[[Any], dict[str, Any] | None] | None) -> tuple[dict[UUID, dict[str, Any]], Any]:
+    """The reports of the ``wanted`` turns (None: every turn), by turn id in the order they started, and the chat's
+    state after ``events``: one fold of the chat, each event given to the turn open at it."""
+    from ledger.audit.redecide import differences
+
+    chat_id = events[0].originator_id
+    reports: dict[UUID, dict[str, Any]] = {}
     out: dict[str, Any] | None = None
     state = None
     ran_with: dict[str, Any] | None = None  # what the latest attempt of this history version ran with
     for e in events:
-        starts = isinstance(e, (ev.ChatCreated, ev.TurnStarted, ev.QueuedPromptPromoted)) and e.turn_id == tid
+        starts = isinstance(e, (ev.ChatCreated, ev.TurnStarted, ev.QueuedPromptPromoted))
         if starts:
+            if out is not None and out["ended"] is None and not isinstance(e, ev.ChatCreated):
+                out["ended"] = {**_fact(e), "how": "superseded by the next turn", "next_turn_id": str(e.turn_id)}
+            out = None
+        if starts and (wanted is None or e.turn_id in wanted):
             if isinstance(e, ev.ChatCreated):
                 cause, resolution, policy = "chat created", e.model_resolution, _policy(e.hook_allowed_tools)
                 model = e.model_config_id
@@ -369,15 +394,14 @@ def explain_turn(chat_events: Iterable[Any], turn_id: str,
                 resolution, policy, model = e.model_resolution, _policy(e.tool_policy), e.model_config_id
             if e.model_resolution is not None:
                 model = e.model_resolution.model_config_id
-            out = {"chat_id": str(chat_id), "turn_id": str(tid), "started": {**_fact(e), "cause": cause},
-                   "model_config_id": str(model) if model else None, "model_resolution": _resolution(resolution),
-                   "model_explanation": _resolution_text(resolution), "tool_policy": policy,
-                   "attempts": [], "retries": [], "steps": 0, "step_details": [], "tool_calls": [],
-                   "cancellations": [], "interrupts": [], "ended": None}
+            out = reports[e.turn_id] = {
+                "chat_id": str(chat_id), "turn_id": str(e.turn_id), "started": {**_fact(e), "cause": cause},
+                "model_config_id": str(model) if model else None, "model_resolution": _resolution(resolution),
+                "model_explanation": _resolution_text(resolution), "tool_policy": policy,
+                "attempts": [], "retries": [], "steps": 0, "step_details": [], "tool_calls": [],
+                "cancellations": [], "interrupts": [], "ended": None}
         elif out is not None and out["ended"] is None:
-            if starts is False and isinstance(e, (ev.TurnStarted, ev.QueuedPromptPromoted)):
-                out["ended"] = {**_fact(e), "how": "superseded by the next turn", "next_turn_id": str(e.turn_id)}
-            elif isinstance(e, ev.GenerationAttemptRecorded):
+            if isinstance(e, ev.GenerationAttemptRecorded):
                 ran_with = _resolution(e.settings)
                 out["attempts"].append({**_fact(e), "attempt": e.generation_attempt, "settings": ran_with,
                                         "runner_id": str(e.runner_id) if e.runner_id else None,
@@ -426,8 +450,11 @@ def explain_turn(chat_events: Iterable[Any], turn_id: str,
         state = evolve(state, e)
         if state.history_version != history:
             ran_with = None  # a new history version: the next step belongs to a new attempt
-    if out is None:
-        raise LedgerError("turn_not_found", f"no turn {turn_id} in chat {chat_id}")
+    return reports, state
+
+
+def _with_lines(out: dict[str, Any], state: Any) -> dict[str, Any]:
+    """The report with its ``explanation``: what it says, in lines."""
     lines = [f"turn {out['turn_id']} started at version {out['started']['version']} ({out['started']['time']}): "
              f"{out['started']['cause']}",
              out["model_explanation"],

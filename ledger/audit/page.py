@@ -110,7 +110,7 @@ def chat_page(data: dict[str, Any], events: list[Any], settings_at: SettingsAt =
 
     ``executions``: execution id -> ``{"status", "events": [{"version", "time", "type", "summary"}]}``;
     ``model_names``: model config id -> "provider/model (display name)"."""
-    from ledger.audit.explain import explain_queued, explain_tool_call, explain_turn, fence_text
+    from ledger.audit.explain import explain_queued, explain_tool_call, explain_turns, fence_text
     from ledger.chat import events as ev
     from ledger.chat.views import message_rows
 
@@ -190,8 +190,9 @@ def chat_page(data: dict[str, Any], events: list[Any], settings_at: SettingsAt =
     turn_ids = [e.turn_id for e in events if isinstance(e, (ev.ChatCreated, ev.TurnStarted, ev.QueuedPromptPromoted))]
     turns, steps = [], []
     times = {r["version"]: r["time"] for r in rows}
+    explained = {t["turn_id"]: t for t in explain_turns(events, settings_at)}  # (one pass over the chat)
     for tid in turn_ids:
-        t = explain_turn(events, str(tid), settings_at)
+        t = explained[str(tid)]
         end = t["ended"]
         turns.append({"turn_id": str(tid), "started": f"v{t['started']['version']} {t['started']['cause']}",
                       "model": _named(t["model_explanation"], names), "policy": policy_text(t["tool_policy"]),

@@ -6,7 +6,12 @@ from __future__ import annotations
 import json
 import uuid
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from ledger.store import open_app
+from tests.projections.test_chat_views import ACTIONS
+from tests.projections.test_chat_views import record as record_steps
 from tests.audit.kit import recorded_scenario, ALICE, INTERRUPTED, M1, M2, cli, scenario
 
 
@@ -103,3 +108,20 @@ def test_explain_a_tool_call_with_its_execution_record(db_url):
     assert len(execution["events"]) >= 3  # two claims and the response, in order
     text = cli(db_url, "explain", chat_id, "--tool-call", "x1").output
     assert "execution record:" in text and "no tool-call execution was recorded" not in text
+
+
+# -- every turn at once ----------------------------------------------------------------------------------------
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.tuples(st.just(0), ACTIONS), max_size=25))
+def test_every_turn_explained_in_one_pass_equals_each_explained_alone(memory_app, steps) -> None:
+    """``explain_turns`` (the audit page's one fold of the chat) says of each turn what ``explain_turn`` says."""
+    from commands.queries import chat_events, chat_ids
+    from ledger.audit.explain import explain_turn, explain_turns
+
+    record_steps(memory_app, 1, steps)
+    for chat in chat_ids(memory_app):
+        events = chat_events(memory_app, chat)
+        together = explain_turns(events)
+        alone = [explain_turn(events, t["turn_id"]) for t in together]
+        assert together == alone and len(together) >= 1
