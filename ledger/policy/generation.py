@@ -191,10 +191,20 @@ def prompt_rows(state: ChatState) -> list[MessageInfo]:
 
 
 def latest_prompt_usage(state: ChatState) -> Usage | None:
-    """The latest non-empty usage in the prompt window (PREP ``latestPromptUsage``)."""
-    for m in reversed(prompt_rows(state)):
-        if not usage_empty(m.usage):
+    """The latest non-empty usage in the prompt window (PREP ``latestPromptUsage``): ``prompt_rows`` read from the
+    end and stopped at the first row with usage — usually the last assistant row — instead of built whole (a
+    long chat's audit page asks this at every step: it was quadratic in the chat's length). Rows after the anchor
+    (the latest compressed model-only row) count, then the anchor, then before it only uncompressed system rows."""
+    msgs = state.messages
+    past_anchor = False
+    for i in range(len(msgs) - 1, -1, -1):
+        m = msgs[i]
+        anchor = not past_anchor and m.compressed and not m.deleted and m.visibility == "model"
+        if (m.visibility != "user" and not m.deleted
+                and ((m.role == "system" and not m.compressed) or (not past_anchor and not m.compressed) or anchor)
+                and not usage_empty(m.usage)):
             return m.usage
+        past_anchor = past_anchor or anchor
     return None
 
 

@@ -5,6 +5,8 @@ TestDecisionDetectsStopAfterToolFromCommittedHistory, TestDecisionDetectsCurrent
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ledger.chat.values import TextPart, Usage
 from ledger.chat.views import tool_call_execution_ids
@@ -15,6 +17,8 @@ from ledger.policy.generation import (
     context_tokens,
     latest_prompt_usage,
     next_action,
+    prompt_rows,
+    usage_empty,
     should_compact,
     step_count,
 )
@@ -313,6 +317,25 @@ def test_latest_prompt_usage_is_the_latest_non_empty_usage_in_the_prompt_window(
     assert latest_prompt_usage(user_only) is None
     compacted = history(user(), assistant(usage=used(90)), summary_triplet(), user("replayed", visibility="model"))
     assert latest_prompt_usage(compacted) is None
+
+
+_ROWS = st.tuples(st.sampled_from(["user", "assistant", "system", "tool"]), st.sampled_from(["both", "model", "user"]),
+                  st.booleans(), st.booleans(), st.one_of(st.none(), st.integers(0, 50)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(_ROWS, max_size=14))
+def test_latest_prompt_usage_read_from_the_end_equals_the_window_read_whole(rows):
+    """The early-stopping reverse read says what the prompt window (``prompt_rows``), built whole, says."""
+    made = []
+    for role, visibility, compressed, deleted, tokens in rows:
+        usage = None if tokens is None else (Usage() if tokens == 0 else used(tokens))
+        fields = {"role": role, "parts": [TextPart(text="x")], "visibility": visibility, "compressed": compressed,
+                  "usage": usage}
+        made.append(fields)
+    s = history(*made, deleted=tuple(i + 1 for i, r in enumerate(rows) if r[3]))
+    whole = next((m.usage for m in reversed(prompt_rows(s)) if not usage_empty(m.usage)), None)
+    assert latest_prompt_usage(s) == whole
 
 
 def test_step_count_counts_active_assistant_rows_of_the_current_turn():
