@@ -267,7 +267,8 @@ def run_retention(app: Any, backend: Any, now: datetime | None = None) -> dict[s
             chat, owner = UUID(str(row["chat_id"])), UUID(str(row["owner_id"]))
             done = _expire(app, ring, chat, org, owner, days, row["updated_at"])
             (expired if "keys" in done else skipped).append(done)
-    rewrite_views(app, backend) if expired else None
+    if expired:
+        rewrite_views(app, backend)
     return {"expired": expired, "held": skipped, "organizations": len(orgs), "at": now.isoformat()}
 
 
@@ -295,21 +296,20 @@ def _expire(app: Any, ring: Any, chat: UUID, org: UUID, owner: UUID, days: int, 
 
 def rewrite_views(app: Any, backend: Any = None) -> None:
     """Forget this process's kept keys and aggregates, catch every view up (the erased streams' rows rewritten)
-    and scrub the views' database files (``SqlBackend.scrub``)."""
+    and scrub the views' database files (``SqlBackend.scrub``); ``backend``: the views' (default: opened here from
+    the ledger's database, and closed; an in-memory ledger has none)."""
     from commands import views
+    from projections import open_backend
 
     app.refresh_keys()
-    if backend is None:
+    own = backend is None
+    if own:
         if getattr(app, "database_url", None) is None:
-            return  # (an in-memory ledger: no views)
-        from projections import open_backend
-
+            return
         backend = open_backend(app.database_url)
-        try:
-            views.catch_up_views(app, backend)
-            backend.scrub()
-        finally:
+    try:
+        views.catch_up_views(app, backend)
+        backend.scrub()
+    finally:
+        if own:
             backend.close()
-        return
-    views.catch_up_views(app, backend)
-    backend.scrub()
