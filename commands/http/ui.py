@@ -317,15 +317,22 @@ def _live_types(chat_only: bool = False) -> tuple[str, ...]:
 @get("/chats/{chat_id:uuid}", include_in_schema=False, sync_to_thread=True, dependencies=dependencies)
 def chat(chat_id: UUID, principal: Principal, state: State,
          at: int | None = Parameter(default=None, ge=1, le=2**62),
-         as_of: str | None = Parameter(default=None, max_length=64)) -> Response[str]:
+         as_of: str | None = Parameter(default=None, max_length=64), full: bool = False,
+         before: int | None = Parameter(default=None, ge=1, le=2**62)) -> Response[str]:
     """The chat's page: as it is (followed live), or as it was at version ``at`` / at the time ``as_of``, with a
-    stepper through its versions and a link to what the last step changed (``/diff``)."""
+    stepper through its versions and a link to what the last step changed (``/diff``). A long chat (more than
+    ``CHAT_LEDGER_UI_LONG_CHAT`` events, default 2,000) opens on a window of its latest events
+    (``ledger.audit.window``; ``before``: the window ending there) unless the whole page is asked for (``full``)."""
     from commands.audit_page import page_data
     from commands.queries import audit_timeline, chat_events, cut_version
 
     svc = service(state)
     svc.scopes.check_read(principal, svc.scopes.chat(chat_id))
     head = svc.app.head()  # before reading: an event after it reaches the page through the stream
+    if at is None and as_of is None and not full:
+        windowed = _chat_window(svc, principal, chat_id, before)
+        if windowed is not None:
+            return windowed
     events = chat_events(svc.app, chat_id)
     upto = cut_version(events, at, as_of)
     latest = events[-1].originator_version
@@ -350,6 +357,28 @@ def chat(chat_id: UUID, principal: Principal, state: State,
     text = render_page(data, ui_link, template="ui_chat.html", explain=explain, me=principal, proof_link=proof_link,
                        live=live, versions=versions, family=tree)
     return html(text)
+
+
+def _long_chat() -> int:
+    import os
+
+    return int(os.environ.get("CHAT_LEDGER_UI_LONG_CHAT") or 2000)
+
+
+def _chat_window(svc: Any, principal: Principal, chat_id: UUID, before: int | None) -> Response[str] | None:
+    """A long chat's first screen (or, with ``before``, the window of events up to it): None for a chat short
+    enough to show whole."""
+    from ledger.audit.window import WINDOW, window_page
+
+    backend = views.catch_up_views(svc.app, svc.ledger.backend, ("chat_views",))
+    row = views.chat_status(backend, chat_id)[0]
+    latest = int(row["version"])
+    if latest <= _long_chat() and before is None:
+        return None
+    upto = min(before or latest, latest)
+    size = min(WINDOW, _long_chat())  # (a window is never longer than what counts as a long chat)
+    events = svc.app.stream(chat_id, gt=max(upto - size, 0), lte=upto)
+    return page("ui_chat_window.html", principal, w=window_page(row, events, latest), chat_id=str(chat_id))
 
 
 @get("/chats/{chat_id:uuid}/diff", include_in_schema=False, sync_to_thread=True, dependencies=dependencies)

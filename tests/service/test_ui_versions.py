@@ -117,3 +117,53 @@ def test_a_chat_as_it_was_what_changed_and_its_evidence_in_chromium(world, tmp_p
         assert manifest["versions"] >= 1 and manifest["stream_id"] == str(world.chat_a)
         assert sum(n.startswith(root + "proofs/v") for n in names) == manifest["versions"]
     assert since  # (read above)
+
+
+@pytest.fixture
+def long_chats(monkeypatch):
+    """Chats of more than 8 events count as long for the server the test starts (it inherits the environment)."""
+    monkeypatch.setenv("CHAT_LEDGER_UI_LONG_CHAT", "8")
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_long_chat_opens_on_its_latest_events_in_chromium(long_chats, world):
+    """Issue 29, point 3: a long chat's page opens on a window of its latest events and the messages they recorded
+    (read from the end of its stream, not the whole chat), with the earlier windows, any version and the whole page
+    a click away."""
+    sync_playwright = browser()
+    with world.client("alice") as c:
+        def run(**cmd: Any) -> None:
+            r = c.post("/v1/commands", json=cmd)
+            assert r.json()["ok"], r.text
+
+        chat_id = c.post("/v1/commands", json={"type": "create_chat", "organization_id": ORG, "owner_id": ALICE,
+                                               "text": "question 0"}).json()["result"]["chat_id"]
+        for i in range(1, 7):  # 3 events a round
+            run(type="commit_step", chat_id=chat_id, messages=[{"role": "assistant", "parts": [
+                {"type": "text", "text": f"answer {i}"}]}])
+            run(type="finish_turn", chat_id=chat_id)
+            run(type="send_message", chat_id=chat_id, text=f"question {i}")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = b.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(f"{world.server.base}/ui/login")
+            page.fill("input[name=token]", world.secrets["alice"])
+            page.click("button[type=submit]")
+            page.wait_for_url("**/ui/**")
+            page.goto(f"{world.server.base}/ui/chats/{chat_id}")
+            window = page.inner_text("#window")
+            latest = int(window.split(" of ")[1].split(",")[0])
+            assert f"events {latest - 7}–{latest} of {latest}" in window
+            shown = " ".join(page.locator(".msg").all_inner_texts())  # (the title is the first prompt's: not a message)
+            assert "question 6" in shown and "answer 6" in shown and "question 0" not in shown
+            assert page.locator("#events tr").count() == 1 + 8
+            page.screenshot(path=str(SHOTS / "chat-long-window.png"), full_page=True)
+            page.click("#earlier")
+            page.wait_for_url(f"**before={latest - 8}")
+            assert f"events {latest - 15}–{latest - 8} of {latest}" in page.inner_text("#window")
+            page.click("#full")
+            page.wait_for_url("**full=true")
+            assert "question 0" in page.inner_text("#page")  # the whole page, every event
+        finally:
+            b.close()
