@@ -104,6 +104,20 @@ def key_reused(first: str) -> LedgerError:
                        f"idempotency key was already used by a different command (a {first} command)")
 
 
+def is_repeat(agg: Any, cmd: Command) -> bool:
+    """Whether ``cmd`` carries a key the stream of ``agg`` (None: no stream yet) recorded: a repeat."""
+    return agg is not None and cmd.idempotency_key is not None and cmd.idempotency_key in agg.state.idempotency
+
+
+def first_result(app: Any, agg: Any, cmd: Command, result: Callable[[Any, list[Any]], dict[str, Any]]) -> dict[str, Any]:
+    """The first result of the command that recorded ``cmd``'s key on the stream of ``agg`` — ``result(state then,
+    its events)`` — (``idempotency_key_reused`` when that was a different command)."""
+    first, last = agg.state.idempotency[cmd.idempotency_key]
+    events = app.stream(agg.id, gt=first - 1, lte=last)
+    check_repeat(cmd, events)
+    return result(app.load(agg.id, version=last).state, events)
+
+
 def check_repeat(cmd: Command, recorded: Sequence[Any]) -> bool:
     """Whether ``cmd`` is a repeat of the command that recorded ``recorded`` with the same key (the events
     of its key on one stream, in version order): True when the first event's identity equals ``cmd``'s;

@@ -22,7 +22,7 @@ from uuid import UUID, uuid4, uuid5
 import msgspec
 from eventsourcing.application import Application
 
-from commands.base import Command, check_repeat, emitter, handles
+from commands.base import Command, emitter, first_result, handles, is_repeat
 from commands.uow import UnitOfWork, run
 from ledger.catalog import decide as cd
 from ledger.catalog import events as cev
@@ -225,16 +225,6 @@ def _empty_result(organization_id: UUID) -> dict[str, Any]:
             "recorded": 0, "default_changes": []}
 
 
-def _repeat(app: Any, agg: Any, cmd: Command, result: Any) -> dict[str, Any]:
-    """The first result of the command that recorded ``cmd``'s key on this stream (``idempotency_key_reused``
-    when that was a different command)."""
-    first, last = agg.state.idempotency[cmd.idempotency_key]
-    events = app.stream(agg.id, gt=first - 1, lte=last)
-    check_repeat(cmd, events)
-    past = app.load(agg.id, version=last)
-    return result(past.state, events)
-
-
 def on_catalog(app: Any, cmd: Any, decide: Any, extra: dict[str, Any] | None = None,
                prepare: Any = None) -> dict[str, Any]:
     """Run ``decide(state, em, work_context)`` on the organization's catalog and record what it returns.
@@ -247,8 +237,8 @@ def on_catalog(app: Any, cmd: Any, decide: Any, extra: dict[str, Any] | None = N
     def work(uow: UnitOfWork) -> dict[str, Any]:
         stream_id, agg = _catalog_for_write(uow, org)
         state = agg.state if agg is not None else None
-        if agg is not None and cmd.idempotency_key is not None and cmd.idempotency_key in state.idempotency:
-            result = _repeat(app, agg, cmd, catalog_result)
+        if is_repeat(agg, cmd):
+            result = first_result(app, agg, cmd, catalog_result)
         else:
             em = emitter(cmd, stream_id, agg.version if agg is not None else 0, uow.now)
             context = prepare(uow, state) if prepare is not None else None
@@ -391,8 +381,8 @@ def set_deployment_settings(app: Any, cmd: SetDeploymentSettings) -> dict[str, A
     def work(uow: UnitOfWork) -> dict[str, Any]:
         stream_id, agg = locate(app, Deployment, DEPLOYMENT_ID, uow.get_cached)
         state = agg.state if agg is not None else None
-        if agg is not None and cmd.idempotency_key is not None and cmd.idempotency_key in state.idempotency:
-            return _repeat(app, agg, cmd, deployment_result)
+        if is_repeat(agg, cmd):
+            return first_result(app, agg, cmd, deployment_result)
         em = emitter(cmd, stream_id, agg.version if agg is not None else 0, uow.now)
         events = cd.set_deployment_settings(state, em, topic=Deployment.TOPIC, settings=settings)
         if events:

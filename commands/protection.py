@@ -33,13 +33,14 @@ from uuid import UUID
 
 import msgspec
 
-from commands.base import Command, check_repeat, emitter, handles
+from commands.base import Command, emitter, first_result, handles, is_repeat
 from commands.uow import UnitOfWork, run, utcnow
 from ledger.base import Emitter
 from ledger.errors import LedgerError
 from ledger.protection import decide as pd
 from ledger.protection.decide import Protection, ProtectionState
 from ledger.protection.events import ContentErased, KeyId, protection_id
+from ledger.sealer import first_fields
 from ledger.streams import locate
 
 Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=2000)]
@@ -69,21 +70,12 @@ def _protection(uow: UnitOfWork, target: UUID) -> tuple[UUID, Any]:
     return locate(uow.app, Protection, protection_id(target), uow.get_cached)
 
 
-def _first(app: Any, stream_id: UUID) -> tuple[str, dict[str, Any]] | None:
-    """A stream's first event as stored: its topic and clear fields (ids are never sealed)."""
-    stored = app.recorder.select_events(stream_id, lte=1)
-    if not stored:
-        return None
-    data = bytes(stored[0].state)
-    return stored[0].topic, (msgspec.json.decode(data) if data[:1] == b"{" else msgspec.msgpack.decode(data))
-
-
 def target_kind(app: Any, target: UUID) -> str:
     """What a hold's target is: a chat (a chat stream there), an organization (its catalog), else a user."""
     from ledger.catalog.aggregate import OrganizationCatalog
     from ledger.chat.events import ChatCreated
 
-    first = _first(app, target)
+    first = first_fields(app.recorder, target)
     if first is not None and first[0] == ChatCreated.TOPIC:
         return "chat"
     if locate(app, OrganizationCatalog, target, lambda i: app.load_cached(i, copy=False))[1] is not None:
@@ -95,7 +87,7 @@ def chat_organization(app: Any, chat_id: UUID) -> UUID | None:
     """The organization of a chat (None: the stream is not a chat — a conversation)."""
     from ledger.chat.events import ChatCreated
 
-    first = _first(app, chat_id)
+    first = first_fields(app.recorder, chat_id)
     return UUID(str(first[1]["organization_id"])) if first is not None and first[0] == ChatCreated.TOPIC else None
 
 
@@ -120,17 +112,6 @@ def _sealer(app: Any) -> Any:
 
 def _keyid(k: Any) -> KeyId:
     return KeyId(k.subject, k.number, k.scope)
-
-
-def _repeat(app: Any, agg: Any, cmd: Command, result: Callable[[ProtectionState, list[Any]], dict[str, Any]]) -> dict[str, Any]:
-    first, last = agg.state.idempotency[cmd.idempotency_key]
-    events = app.stream(agg.id, gt=first - 1, lte=last)
-    check_repeat(cmd, events)
-    return result(app.load(agg.id, version=last).state, events)
-
-
-def _is_repeat(agg: Any, cmd: Command) -> bool:
-    return agg is not None and cmd.idempotency_key is not None and cmd.idempotency_key in agg.state.idempotency
 
 
 def _save(uow: UnitOfWork, agg: Any, events: list[Any]) -> Any:
@@ -159,26 +140,29 @@ def erase_subject(app: Any, cmd: EraseSubject) -> dict[str, Any]:
     ring = _sealer(app).keys
     result = _erasure_result(cmd.user_id, cmd.organization_id)
 
+    orgs: dict[UUID, UUID | None] = {}  # chat -> its organization (None: a conversation), read once
+
+    def org_of(scope: UUID) -> UUID | None:
+        if scope not in orgs:
+            orgs[scope] = chat_organization(app, scope)
+        return orgs[scope]
+
     def within(keys: list[Any]) -> list[Any]:
         if cmd.organization_id is None:
             return keys
-        orgs: dict[UUID, UUID | None] = {}
-        for k in keys:
-            if k.scope is not None and k.scope not in orgs:
-                orgs[k.scope] = chat_organization(app, k.scope)
-        return [k for k in keys if k.scope is not None and orgs[k.scope] == cmd.organization_id]
+        return [k for k in keys if k.scope is not None and org_of(k.scope) == cmd.organization_id]
 
     def work(uow: UnitOfWork) -> dict[str, Any]:
         stream_id, agg = _protection(uow, cmd.user_id)
-        if _is_repeat(agg, cmd):
-            return _repeat(app, agg, cmd, result)
+        if is_repeat(agg, cmd):
+            return first_result(app, agg, cmd, result)
         state = agg.state if agg is not None else None
         live = within(ring.keys_of(cmd.user_id))
         pending = pd.unrecorded(state, [_keyid(k) for k in within(ring.keys_of(cmd.user_id, live=False))])
         streams = sorted({k.scope for k in [*live, *pending] if k.scope is not None})
         targets: dict[UUID, str] = {cmd.user_id: "user"}
         for stream in streams:
-            org = chat_organization(app, stream)
+            org = org_of(stream)
             if org is not None:
                 targets[stream], targets[org] = "chat", "organization"
         if cmd.organization_id is not None:
@@ -203,8 +187,8 @@ def _on_target(app: Any, cmd: Command, target: UUID, decide: Callable[[Protectio
     """Record what ``decide(state, em)`` returns on the target's protection stream (a repeat: the first result)."""
     def work(uow: UnitOfWork) -> dict[str, Any]:
         stream_id, agg = _protection(uow, target)
-        if _is_repeat(agg, cmd):
-            return _repeat(app, agg, cmd, result)
+        if is_repeat(agg, cmd):
+            return first_result(app, agg, cmd, result)
         events = decide(agg.state if agg is not None else None,
                         emitter(cmd, stream_id, agg.version if agg is not None else 0, uow.now))
         agg = _save(uow, agg, events)

@@ -48,6 +48,16 @@ def sealed_header(data: bytes) -> list[Envelope] | None:
     return envelopes if len(envelopes) == 1 and envelopes[0].whole else None
 
 
+def first_fields(recorder: Any, stream_id: UUID) -> tuple[str, dict[str, Any]] | None:
+    """A stream's first event as stored: its topic and fields, the sealed ones empty (ids are never sealed, so who
+    and what a stream is can be read without any key); None for a stream with no event."""
+    stored = recorder.select_events(stream_id, lte=1)
+    if not stored:
+        return None
+    data = bytes(stored[0].state)
+    return stored[0].topic, (msgspec.json.decode(data) if data[:1] == b"{" else msgspec.msgpack.decode(data))
+
+
 def event_identity(stream_id: UUID, version: int, topic: str) -> bytes:
     """What each box of an event is bound to."""
     return stream_id.bytes + version.to_bytes(8, "big", signed=True) + topic.encode()
@@ -151,12 +161,10 @@ class Sealer:
         from ledger.conversation.events import ConversationStarted
         from ledger.toolcalls.events import ToolCallExecutionOpened
 
-        stored = self.app.recorder.select_events(stream_id, lte=1)
-        if not stored:
+        first = first_fields(self.app.recorder, stream_id)
+        if first is None:
             return None, stream_id
-        data = bytes(stored[0].state)
-        raw = msgspec.json.decode(data) if data[:1] == b"{" else msgspec.msgpack.decode(data)
-        topic = stored[0].topic
+        topic, raw = first
         if topic == ChatCreated.TOPIC:
             return UUID(str(raw["owner_id"])), stream_id
         if topic == ToolCallExecutionOpened.TOPIC:
