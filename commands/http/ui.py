@@ -324,13 +324,15 @@ def chat(chat_id: UUID, principal: Principal, state: State,
     ``CHAT_LEDGER_UI_LONG_CHAT`` events, default 2,000) opens on a window of its latest events
     (``ledger.audit.window``; ``before``: the window ending there) unless the whole page is asked for (``full``)."""
     from commands.audit_page import page_data
+    from commands.chatlist import family
     from commands.queries import audit_timeline, chat_events, cut_version
 
     svc = service(state)
     svc.scopes.check_read(principal, svc.scopes.chat(chat_id))
     head = svc.app.head()  # before reading: an event after it reaches the page through the stream
+    backend = views.catch_up_views(svc.app, svc.ledger.backend, ("chat_views",))  # (the window's facts, the family)
     if at is None and as_of is None and not full:
-        windowed = _chat_window(svc, principal, chat_id, before)
+        windowed = _chat_window(svc, backend, principal, chat_id, before)
         if windowed is not None:
             return windowed
     events = chat_events(svc.app, chat_id)
@@ -345,10 +347,8 @@ def chat(chat_id: UUID, principal: Principal, state: State,
     proof_link = None if evidence is None else (  # (the API's route: a page's session cookie reads it too)
         lambda v: f"/v1/proofs/inclusion?stream={chat_id}&version={v}&size={evidence['log_size']}")
     shown = data["version"]
-    from commands.chatlist import family
-
     root = svc.scopes.chat(chat_id).root if data["parent_chat_id"] or data["children"] else None  # (a family)
-    tree = family(views.catch_up_views(svc.app, svc.ledger.backend, ("chat_views",)), str(root)) if root else []
+    tree = family(backend, str(root)) if root else []
     tree = [t for t in tree if svc.scopes.may_read(principal, svc.scopes.chat(UUID(t["chat_id"]))) is None]
     versions = {"shown": shown, "latest": latest, "past": upto is not None and shown < latest,
                 "base": f"/ui/chats/{chat_id}", "bundle": f"/ui/chats/{chat_id}/bundle" if evidence else None}
@@ -365,18 +365,18 @@ def _long_chat() -> int:
     return int(os.environ.get("CHAT_LEDGER_UI_LONG_CHAT") or 2000)
 
 
-def _chat_window(svc: Any, principal: Principal, chat_id: UUID, before: int | None) -> Response[str] | None:
+def _chat_window(svc: Any, backend: Any, principal: Principal, chat_id: UUID,
+                 before: int | None) -> Response[str] | None:
     """A long chat's first screen (or, with ``before``, the window of events up to it): None for a chat short
-    enough to show whole."""
+    enough to show whole. ``backend``: the views, the chat's caught up."""
     from ledger.audit.window import WINDOW, window_page
 
-    backend = views.catch_up_views(svc.app, svc.ledger.backend, ("chat_views",))
     row = views.chat_status(backend, chat_id)[0]
-    latest = int(row["version"])
-    if latest <= _long_chat() and before is None:
+    latest, long = int(row["version"]), _long_chat()
+    if latest <= long and before is None:
         return None
     upto = min(before or latest, latest)
-    size = min(WINDOW, _long_chat())  # (a window is never longer than what counts as a long chat)
+    size = min(WINDOW, long)  # (a window is never longer than what counts as a long chat)
     events = svc.app.stream(chat_id, gt=max(upto - size, 0), lte=upto)
     return page("ui_chat_window.html", principal, w=window_page(row, events, latest), chat_id=str(chat_id))
 
