@@ -49,6 +49,22 @@ def login(c: httpx.Client, secret: str) -> httpx.Client:
     return c
 
 
+def command(world: Any, who: str, **cmd: Any) -> dict[str, Any]:
+    """Run a command through the API as ``who`` (it must be accepted); its result."""
+    with world.client(who) as c:
+        r = c.post("/v1/commands", json=cmd)
+        assert r.json()["ok"], r.text
+        return r.json()["result"]
+
+
+def browser_sign_in(page: Any, world: Any, who: str) -> None:
+    """Sign a Chromium page in with ``who``'s token, through the login form."""
+    page.goto(f"{world.server.base}/ui/login")
+    page.fill("input[name=token]", world.secrets[who])
+    page.click("button[type=submit]")
+    page.wait_for_url("**/ui/**")
+
+
 def error_code(r: httpx.Response) -> str:
     found = re.search(r'<code id="error-code">([^<]+)</code>', r.text)
     assert found, r.text[:500]
@@ -178,21 +194,15 @@ def test_links_on_the_service_stay_on_the_page_or_go_to_a_ui_page(kind, ident):
 
 def record_tool_work(world: Any) -> str:
     """A chat of ALICE's with a claimed tool call, its response and its result, through the API."""
-    with world.client("alice") as c:
-        def run(**cmd: Any) -> dict[str, Any]:
-            r = c.post("/v1/commands", json=cmd)
-            assert r.json()["ok"], r.text
-            return r.json()["result"]
-
-        chat_id = run(type="create_chat", organization_id=ORG, owner_id=ALICE, text="Run the tests",
+    chat_id = command(world, "alice", type="create_chat", organization_id=ORG, owner_id=ALICE, text="Run the tests",
                       title="Browser chat")["chat_id"]
-        run(type="commit_step", chat_id=chat_id, messages=[{"role": "assistant", "parts": [
-            {"type": "tool-call", "tool_call_id": "call_t", "tool_name": "execute", "args": {"cmd": "make test"}}]}])
-        run(type="claim_tool_call", chat_id=chat_id, tool_call_id="call_t", tool_name="execute",
+    command(world, "alice", type="commit_step", chat_id=chat_id, messages=[{"role": "assistant", "parts": [
+        {"type": "tool-call", "tool_call_id": "call_t", "tool_name": "execute", "args": {"cmd": "make test"}}]}])
+    command(world, "alice", type="claim_tool_call", chat_id=chat_id, tool_call_id="call_t", tool_name="execute",
             assistant_message_id=2)
-        run(type="commit_step", chat_id=chat_id, messages=[{"role": "tool", "parts": [
-            {"type": "tool-result", "tool_call_id": "call_t", "tool_name": "execute", "result": "12 passed"}]}])
-        return chat_id
+    command(world, "alice", type="commit_step", chat_id=chat_id, messages=[{"role": "tool", "parts": [
+        {"type": "tool-result", "tool_call_id": "call_t", "tool_name": "execute", "result": "12 passed"}]}])
+    return chat_id
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)

@@ -7,22 +7,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
-
 import pytest
 
 from ledger.audit.readable import segments
 from tests.audit.test_audit_page_browser import CHROMIUM, browser
 from tests.catalog.kit import ALICE, ORG
+from tests.service.test_ui import browser_sign_in, command
 
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "ui"
-
-
-def post(world: Any, who: str, **cmd: Any) -> dict[str, Any]:
-    with world.client(who) as c:
-        r = c.post("/v1/commands", json=cmd)
-        assert r.json()["ok"], r.text
-        return r.json()["result"]
 
 
 def test_sentences_link_versions_and_messages() -> None:
@@ -36,20 +28,17 @@ def test_sentences_link_versions_and_messages() -> None:
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_the_why_of_a_turn_in_sentences_in_chromium(world):
     sync_playwright = browser()
-    chat = post(world, "alice", type="create_chat", organization_id=ORG, owner_id=ALICE, text="Check the disk",
+    chat = command(world, "alice", type="create_chat", organization_id=ORG, owner_id=ALICE, text="Check the disk",
                 title="Why chat")["chat_id"]
-    post(world, "alice", type="commit_step", chat_id=chat, messages=[{"role": "assistant", "parts": [
+    command(world, "alice", type="commit_step", chat_id=chat, messages=[{"role": "assistant", "parts": [
         {"type": "tool-call", "tool_call_id": "call_d", "tool_name": "execute", "args": {"cmd": "df -h"}}]}])
-    post(world, "deployer", type="set_deployment_settings", limits={"max_tool_output_bytes": 4096})  # today's differ
+    command(world, "deployer", type="set_deployment_settings", limits={"max_tool_output_bytes": 4096})  # today's differ
     SHOTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         try:
             page = b.new_page(viewport={"width": 1280, "height": 900})
-            page.goto(f"{world.server.base}/ui/login")
-            page.fill("input[name=token]", world.secrets["alice"])
-            page.click("button[type=submit]")
-            page.wait_for_url("**/ui/**")
+            browser_sign_in(page, world, "alice")
             page.goto(f"{world.server.base}/ui/chats/{chat}")
             turn = re.search(r"/explain\?turn=([0-9a-f-]+)", page.content()).group(1)
             page.goto(f"{world.server.base}/ui/chats/{chat}/explain?turn={turn}")

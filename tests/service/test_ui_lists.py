@@ -19,34 +19,25 @@ from commands.views import catch_up_views
 from projections import open_backend
 from tests.audit.test_audit_page_browser import CHROMIUM, browser
 from tests.catalog.kit import ALICE, BOB, ORG, org_with
+from tests.service.test_ui import browser_sign_in, command
 
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "ui"
 
 
 def record_family(world: Any) -> dict[str, str]:
     """ALICE's chats: a parent with an unresolved `execute` call and a child, one that failed; BOB's one chat."""
-    out = {}
-    for who in ("alice", "bob"):
-        with world.client(who) as c:
-            def run(**cmd: Any) -> dict[str, Any]:
-                r = c.post("/v1/commands", json=cmd)
-                assert r.json()["ok"], r.text
-                return r.json()["result"]
-
-            user = ALICE if who == "alice" else BOB
-            if who == "bob":
-                out["bobs"] = run(type="create_chat", organization_id=ORG, owner_id=user, text="Plan the release",
-                                  title="Bob's release plan")["chat_id"]
-                continue
-            parent = out["parent"] = run(type="create_chat", organization_id=ORG, owner_id=user,
-                                         text="Clean the build", title="Parent: clean the build")["chat_id"]
-            run(type="commit_step", chat_id=parent, messages=[{"role": "assistant", "parts": [
-                {"type": "tool-call", "tool_call_id": "call_x", "tool_name": "execute", "args": {"cmd": "make clean"}}]}])
-            out["child"] = run(type="create_chat", organization_id=ORG, owner_id=user, parent_chat_id=parent,
-                               text="Read the logs", title="Child: read the logs")["chat_id"]
-            failed = out["failed"] = run(type="create_chat", organization_id=ORG, owner_id=user,
-                                         text="Deploy", title="Failed deploy")["chat_id"]
-            run(type="finish_error", chat_id=failed, error={"message": "provider unavailable", "kind": "provider"})
+    out = {"bobs": command(world, "bob", type="create_chat", organization_id=ORG, owner_id=BOB,
+                           text="Plan the release", title="Bob's release plan")["chat_id"]}
+    parent = out["parent"] = command(world, "alice", type="create_chat", organization_id=ORG, owner_id=ALICE,
+                                     text="Clean the build", title="Parent: clean the build")["chat_id"]
+    command(world, "alice", type="commit_step", chat_id=parent, messages=[{"role": "assistant", "parts": [
+        {"type": "tool-call", "tool_call_id": "call_x", "tool_name": "execute", "args": {"cmd": "make clean"}}]}])
+    out["child"] = command(world, "alice", type="create_chat", organization_id=ORG, owner_id=ALICE,
+                           parent_chat_id=parent, text="Read the logs", title="Child: read the logs")["chat_id"]
+    failed = out["failed"] = command(world, "alice", type="create_chat", organization_id=ORG, owner_id=ALICE,
+                                     text="Deploy", title="Failed deploy")["chat_id"]
+    command(world, "alice", type="finish_error", chat_id=failed, error={"message": "provider unavailable",
+                                                                          "kind": "provider"})
     return out
 
 
@@ -64,10 +55,7 @@ def test_the_chat_list_filters_and_the_family_tree_in_chromium(world):
         b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         try:
             page = b.new_page(viewport={"width": 1280, "height": 900})
-            page.goto(f"{world.server.base}/ui/login")
-            page.fill("input[name=token]", world.secrets["admin"])  # an admin sees every chat of the organization
-            page.click("button[type=submit]")
-            page.wait_for_url("**/ui/**")
+            browser_sign_in(page, world, "admin")  # an admin sees every chat of the organization
             page.goto(base)
             everything = listed(page)
             assert {chats["parent"], chats["child"], chats["failed"], chats["bobs"]} <= everything

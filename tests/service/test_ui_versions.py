@@ -17,7 +17,7 @@ import pytest
 
 from tests.audit.test_audit_page_browser import CHROMIUM, browser
 from tests.catalog.kit import ALICE, ORG
-from tests.service.test_ui import signed_in
+from tests.service.test_ui import browser_sign_in, command, signed_in
 
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "ui"
 
@@ -25,20 +25,16 @@ SHOTS = Path(__file__).resolve().parents[2] / "docs" / "ui"
 def record_edited_chat(world: Any) -> str:
     """ALICE's chat: a prompt, an answer, the prompt edited (the old one and the answer soft-deleted), a
     queued prompt, a new title."""
-    with world.client("alice") as c:
-        def run(**cmd: Any) -> dict[str, Any]:
-            r = c.post("/v1/commands", json=cmd)
-            assert r.json()["ok"], r.text
-            return r.json()["result"]
-
-        chat_id = run(type="create_chat", organization_id=ORG, owner_id=ALICE, text="Summarize the incident report",
-                      title="Incident review")["chat_id"]  # v1
-        run(type="commit_step", chat_id=chat_id, messages=[{"role": "assistant", "parts": [
-            {"type": "text", "text": "The outage lasted 40 minutes."}]}])  # v2
-        run(type="edit_message", chat_id=chat_id, message_id=1, text="Summarize the incident report for executives")
-        run(type="send_message", chat_id=chat_id, text="Then list the follow-ups", busy_behavior="queue")
-        run(type="set_title", chat_id=chat_id, title="Incident review (executive)")
-        return chat_id
+    chat_id = command(world, "alice", type="create_chat", organization_id=ORG, owner_id=ALICE,
+                      text="Summarize the incident report", title="Incident review")["chat_id"]  # v1
+    command(world, "alice", type="commit_step", chat_id=chat_id, messages=[{"role": "assistant", "parts": [
+        {"type": "text", "text": "The outage lasted 40 minutes."}]}])  # v2
+    command(world, "alice", type="edit_message", chat_id=chat_id, message_id=1,
+            text="Summarize the incident report for executives")
+    command(world, "alice", type="send_message", chat_id=chat_id, text="Then list the follow-ups",
+            busy_behavior="queue")
+    command(world, "alice", type="set_title", chat_id=chat_id, title="Incident review (executive)")
+    return chat_id
 
 
 def version_of(url: str) -> int | None:
@@ -59,10 +55,7 @@ def test_a_chat_as_it_was_what_changed_and_its_evidence_in_chromium(world, tmp_p
         b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         try:
             page = b.new_page(viewport={"width": 1280, "height": 900}, accept_downloads=True)
-            page.goto(f"{world.server.base}/ui/login")
-            page.fill("input[name=token]", world.secrets["alice"])
-            page.click("button[type=submit]")
-            page.wait_for_url("**/ui/**")
+            browser_sign_in(page, world, "alice")
             # the chat as it was at version 2: the first prompt and its answer, not yet edited; not live
             page.goto(f"{world.server.base}/ui/chats/{chat_id}?at=2")
             body = page.inner_text("body")
@@ -131,26 +124,18 @@ def test_a_long_chat_opens_on_its_latest_events_in_chromium(long_chats, world):
     (read from the end of its stream, not the whole chat), with the earlier windows, any version and the whole page
     a click away."""
     sync_playwright = browser()
-    with world.client("alice") as c:
-        def run(**cmd: Any) -> None:
-            r = c.post("/v1/commands", json=cmd)
-            assert r.json()["ok"], r.text
-
-        chat_id = c.post("/v1/commands", json={"type": "create_chat", "organization_id": ORG, "owner_id": ALICE,
-                                               "text": "question 0"}).json()["result"]["chat_id"]
-        for i in range(1, 7):  # 3 events a round
-            run(type="commit_step", chat_id=chat_id, messages=[{"role": "assistant", "parts": [
-                {"type": "text", "text": f"answer {i}"}]}])
-            run(type="finish_turn", chat_id=chat_id)
-            run(type="send_message", chat_id=chat_id, text=f"question {i}")
+    chat_id = command(world, "alice", type="create_chat", organization_id=ORG, owner_id=ALICE,
+                      text="question 0")["chat_id"]
+    for i in range(1, 7):  # 3 events a round
+        command(world, "alice", type="commit_step", chat_id=chat_id, messages=[{"role": "assistant", "parts": [
+            {"type": "text", "text": f"answer {i}"}]}])
+        command(world, "alice", type="finish_turn", chat_id=chat_id)
+        command(world, "alice", type="send_message", chat_id=chat_id, text=f"question {i}")
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         try:
             page = b.new_page(viewport={"width": 1280, "height": 900})
-            page.goto(f"{world.server.base}/ui/login")
-            page.fill("input[name=token]", world.secrets["alice"])
-            page.click("button[type=submit]")
-            page.wait_for_url("**/ui/**")
+            browser_sign_in(page, world, "alice")
             page.goto(f"{world.server.base}/ui/chats/{chat_id}")
             window = page.inner_text("#window")
             latest = int(window.split(" of ")[1].split(",")[0])
