@@ -277,7 +277,7 @@ def _validate(app: Any, lines: Any, spool: Any,
 
 def _keys(app: Any, number: int, raw: bytes) -> list[dict[str, Any]]:
     """A sealed ledger's keys line: each wrapped key must unwrap under this ledger's master key."""
-    from ledger.subjectkeys import SubjectKeyError, unwrap
+    from ledger.subjectkeys import SubjectKeyError
 
     sealer = getattr(app.mapper, "sealer", None)
     if sealer is None:
@@ -285,9 +285,7 @@ def _keys(app: Any, number: int, raw: bytes) -> list[dict[str, Any]]:
                                      "with the master key of the ledger it came from (CHAT_LEDGER_MASTER_KEY)")
     try:
         rows = msgspec.json.decode(raw, type=dict[str, list[dict[str, Any]]])["subject_keys"]
-        for r in rows:
-            if r.get("wrapped") is not None:
-                unwrap(sealer.keys.master, UUID(r["subject"]), int(r["number"]), base64.b64decode(r["wrapped"]))
+        sealer.keys.check_rows(rows)
     except SubjectKeyError as e:
         raise invalid_export(number, f"{e}: import it with the master key of the ledger it came from") from None
     except (msgspec.DecodeError, msgspec.ValidationError, KeyError, ValueError, TypeError) as e:

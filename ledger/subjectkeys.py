@@ -329,18 +329,24 @@ class KeyRing:
                  "wrapped": None if w is None else base64.b64encode(bytes(w)).decode("ascii"), "created_at": c,
                  "destroyed_at": d} for s, n, sc, w, c, d in rows]
 
+    def check_rows(self, rows: list[dict[str, Any]]) -> None:
+        """``SubjectKeyError`` unless every wrapped key of ``rows`` (``rows()``'s shape) unwraps under this ledger's
+        master key: the right master key, and keys not changed."""
+        for r in rows:
+            if r.get("wrapped") is not None:
+                unwrap(self.master, UUID(r["subject"]), int(r["number"]), base64.b64decode(r["wrapped"]))
+
     def restore(self, rows: list[dict[str, Any]]) -> int:
         """Add key rows (``rows()``'s shape) this ledger does not have; a row it has is kept as it is (so a key
         destroyed here stays destroyed, whatever an older export says). Returns how many were added. Each
         wrapped key must unwrap under this ledger's master key (else ``SubjectKeyError``: nothing added)."""
         self.ensure()
+        self.check_rows(rows)
         p = self.p
         statements = []
         for r in rows:
             subject, number = UUID(r["subject"]), int(r["number"])
             wrapped = None if r.get("wrapped") is None else base64.b64decode(r["wrapped"])
-            if wrapped is not None:
-                unwrap(self.master, subject, number, wrapped)  # the right master key, an unchanged key
             scope = None if r.get("scope") is None else UUID(r["scope"])
             conflict = "OR IGNORE " if self.sqlite else ""
             tail = "" if self.sqlite else " ON CONFLICT DO NOTHING"
