@@ -17,6 +17,7 @@ from uuid import UUID
 
 import msgspec
 
+from ledger.chat.searchdocs import tool_filter
 from ledger.chat.views import json_row
 from ledger.errors import LedgerError
 
@@ -58,7 +59,7 @@ def chat_list(backend: Any, where: dict[str, Any], f: ChatListFilters, limit: in
     if f.tool:
         scope = {k: v for k, v in where.items() if k in ("organization_id", "owner_id")}
         with backend.reading("search") as r:
-            used = r.distinct("search_docs", "chat_id", where=scope, contains={"tools": f" {f.tool.strip()} "})
+            used = r.distinct("search_docs", "chat_id", where=scope, contains=tool_filter(f.tool))
         rows = [r for r in rows if r["chat_id"] in used]
     rows.sort(key=lambda r: (r["updated_at"], r["chat_id"]), reverse=True)
     matched = len(rows)

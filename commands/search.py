@@ -14,6 +14,7 @@ from uuid import UUID
 
 import msgspec
 
+from ledger.chat.searchdocs import tool_filter
 from ledger.errors import LedgerError
 from projections.textquery import TextQueryError, parse, snippet, words
 
@@ -127,7 +128,7 @@ def search(backend: Any, query: str, filters: SearchFilters = SearchFilters(), *
         raise LedgerError("invalid_command", getattr(e, "message", str(e))) from None
     fingerprint = _fingerprint(query, filters, where)
     offset = decode_cursor(cursor, fingerprint) if cursor else 0
-    contains = {"tools": f" {filters.tool.strip()} "} if filters.tool else None
+    contains = tool_filter(filters.tool) if filters.tool else None
     with backend.snapshot() as snap:
         docs, chats = snap.live("search"), snap.live("chat_views")
         if docs is None or chats is None:

@@ -56,6 +56,11 @@ def parts_text(parts: list[Part]) -> tuple[str, list[str]]:
     return "\n".join(chunks)[:MAX_BODY], tools
 
 
+def tool_filter(tool: str) -> dict[str, str]:
+    """The ``contains`` filter on the ``tools`` column that matches one tool's name exactly (``tools_column``)."""
+    return {"tools": f" {tool.strip()} "}
+
+
 def tools_column(tools: list[str]) -> str:
     """The ``tools`` column: the names between spaces (`` execute read_file ``), so that a filter on one
     tool is a substring match on `` name ``."""
