@@ -21,7 +21,7 @@ from ledger.chat.evolve import evolve
 from ledger.chat.state import unresolved_tool_calls
 from ledger.chat.views import queue_row, status_values, unresolved_values, uuid_str
 from projections.engine import Projection
-from projections.erasure import ERASURE_TOPICS, is_erasure, rederive
+from projections.erasure import ERASURE_TOPICS, is_erasure, prefetch, rederive
 from projections.errors import ProjectionError
 from projections.rowops import Delete, RowOp, Rows, Upsert
 from projections.schema import BIGINT, BOOLEAN, INTEGER, JSON, TEXT, TIMESTAMP, Column, Table
@@ -81,10 +81,7 @@ class ChatViews(Projection):
         self._signatures: dict[int, tuple[int, Any]] = {}
 
     def prepare(self, events: Any) -> None:
-        if any(map(is_erasure, events)):
-            self.app.refresh_keys()  # (the states prefetched are decoded with the keys as they are now)
-            events = [e for e in events if not is_erasure(e)]  # (another stream's: nothing to fold)
-        self.fold.prefetch(events)
+        prefetch(self.app, self.fold, events)
 
     def apply(self, event: Any, rows: Rows) -> Iterable[RowOp]:
         """Fold only: the rows of a chat are written once per batch, from its state after the batch

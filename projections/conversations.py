@@ -16,7 +16,7 @@ from projections.engine import (
     BIGINT, BOOLEAN, INTEGER, TEXT, TIMESTAMP, UBIGINT, Column, Projection, RowOp, Rows, Table, Upsert,
 )
 from projections.folding import StreamFold
-from projections.erasure import ERASURE_TOPICS, is_erasure, rederive
+from projections.erasure import ERASURE_TOPICS, is_erasure, prefetch, rederive
 
 CONVERSATION_TOPICS = tuple(sorted(
     cls.TOPIC for cls in vars(cev).values()
@@ -42,10 +42,7 @@ class ConversationsView(Projection):
         self.fold = StreamFold(app, evolve, cev.ConversationStarted)
 
     def prepare(self, events: Any) -> None:
-        if any(map(is_erasure, events)):
-            self.app.refresh_keys()
-            events = [e for e in events if not is_erasure(e)]  # (another stream's: nothing to fold)
-        self.fold.prefetch(events)
+        prefetch(self.app, self.fold, events)
 
     def stream_done(self, stream_id: Any) -> None:
         self.fold.forget(stream_id.int)

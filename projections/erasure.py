@@ -20,11 +20,21 @@ from projections.streamwise import read_streams, stream_rows
 
 MAX_VERSION = 2**62  # (every version of a stream: those after the erasure's position are left out by position)
 
-__all__ = ["ERASURE_TOPICS", "is_erasure", "rederive"]
+__all__ = ["ERASURE_TOPICS", "is_erasure", "prefetch", "rederive"]
 
 
 def is_erasure(event: Any) -> bool:
     return getattr(type(event), "TOPIC", None) in ERASURE_TOPICS
+
+
+def prefetch(app: Any, fold: Any, events: Any) -> None:
+    """A folding view's ``prepare``: the states its batch needs (``StreamFold.prefetch``), with a batch that holds an
+    erasure decoded with the keys as they are now (destroyed ones dropped first) and the erasure events — another
+    stream's — left out."""
+    if any(map(is_erasure, events)):
+        app.refresh_keys()
+        events = [e for e in events if not is_erasure(e)]
+    fold.prefetch(events)
 
 
 def rederive(projection: Any, app: Any, event: Any, position: int | None,
