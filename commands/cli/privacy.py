@@ -4,7 +4,6 @@ and the retention run (``commands.protection``)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Any
 
 import click
@@ -112,13 +111,13 @@ def retention_run(c: Ctx, now: str | None, as_json: bool) -> None:
     """Erase the content of every chat past its organization's retention (held ones skipped); idempotent."""
     from commands.protection import run_retention
 
-    at = None
-    if now is not None:
-        try:
-            at = datetime.fromisoformat(now.replace("Z", "+00:00"))
-        except ValueError:
-            raise click.BadParameter(f"{now!r} is not an ISO 8601 time", param_hint="--now")
-        at = at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+    from ledger.audit.timeline import parse_time
+    from ledger.errors import LedgerError
+
+    try:
+        at = parse_time(now) if now is not None else None
+    except LedgerError:
+        raise click.BadParameter(f"{now!r} is not an ISO 8601 time", param_hint="--now") from None
     result = run_retention(c.app, c.backend, at)
     if as_json:
         emit_json(result)

@@ -245,12 +245,12 @@ def chats(org: UUID, principal: Principal, state: State,
 def _when(text: str | None) -> Any:
     """A time filter: ISO 8601, UTC unless it says; a date alone is the whole day (``since`` its start, ``until``
     its end)."""
-    if not text:
-        return None
-    from datetime import datetime, timezone
+    from ledger.audit.timeline import parse_time
 
-    at = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+    try:
+        return parse_time(text) if text else None
+    except LedgerError as e:
+        raise ValueError(e.message) from None  # (the filters' invalid_request)
 
 
 def _until(text: str | None) -> Any:
