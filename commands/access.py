@@ -29,7 +29,7 @@ import msgspec
 from commands.base import Command
 from commands.catalog import SetDeploymentSettings, SetUserModelOverride
 from commands.chat import CreateChat
-from commands.protection import SetLegalHold
+from commands.protection import SetLegalHold, is_organization
 from ledger.access.state import TokenState
 from ledger.errors import LedgerError
 
@@ -299,12 +299,10 @@ def command_resource(scopes: Scopes, cmd: Command) -> Resource | None:
 def hold_resource(scopes: Scopes, target: UUID) -> Resource:
     """A legal hold's resource, written with the admin's role: a chat's organization's catalog, an organization's,
     else (a user) the deployment."""
-    from commands.protection import target_kind
-
     found = scopes.of(target)
     if found is not None and found.kind == "chat":
         return Resource("catalog", found.org)
-    if target_kind(scopes.app, target) == "organization":
+    if is_organization(scopes.app, target):
         return Resource("catalog", target)
     return DEPLOYMENT
 

@@ -72,15 +72,19 @@ def _protection(uow: UnitOfWork, target: UUID) -> tuple[UUID, Any]:
 
 def target_kind(app: Any, target: UUID) -> str:
     """What a hold's target is: a chat (a chat stream there), an organization (its catalog), else a user."""
-    from ledger.catalog.aggregate import OrganizationCatalog
     from ledger.chat.events import ChatCreated
 
     first = first_fields(app.recorder, target)
     if first is not None and first[0] == ChatCreated.TOPIC:
         return "chat"
-    if locate(app, OrganizationCatalog, target, lambda i: app.load_cached(i, copy=False))[1] is not None:
-        return "organization"
-    return "user"
+    return "organization" if is_organization(app, target) else "user"
+
+
+def is_organization(app: Any, target: UUID) -> bool:
+    """Whether ``target`` is an organization: its catalog has a stream."""
+    from ledger.catalog.aggregate import OrganizationCatalog
+
+    return locate(app, OrganizationCatalog, target, lambda i: app.load_cached(i, copy=False))[1] is not None
 
 
 def chat_organization(app: Any, chat_id: UUID) -> UUID | None:
