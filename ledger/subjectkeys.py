@@ -285,30 +285,25 @@ class KeyRing:
         if not keys:
             return []
         p, now = self.p, _now()
-        gone: list[KeyRef] = []
-        statements: list[tuple[str, tuple[Any, ...]]] = []
-        if self.sqlite and self._memory is None:
-            statements.append(("PRAGMA secure_delete = ON", ()))  # freed pages are zeroed, not left in the file
-        live = set(self._live(keys))
-        for k in keys:
-            if (k.subject, k.number) in live:
-                gone.append(k)
-                statements.append((f"UPDATE {self.table} SET wrapped = NULL, destroyed_at = {p} WHERE subject = {p} "
-                                   f"AND number = {p} AND wrapped IS NOT NULL", (now, self._id(k.subject), k.number)))
-        if statements:
-            self._sql(statements, commit=True)
+
+        def overwrite(c: Any) -> list[KeyRef]:
+            if self.sqlite and self._memory is None:
+                c.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed, not left in the file
+            gone = []
+            for k in keys:  # (RETURNING: whether it was live until now, read in the same statement)
+                c.execute(f"UPDATE {self.table} SET wrapped = NULL, destroyed_at = {p} WHERE subject = {p} AND "
+                          f"number = {p} AND wrapped IS NOT NULL RETURNING number", (now, self._id(k.subject), k.number))
+                if _rows(c):
+                    gone.append(k)
+            return gone
+
+        gone = self._tx(overwrite, commit=True)
         if self.sqlite and self._memory is None:  # the write-ahead log still holds the pages as they were
             with self.datastore.transaction(commit=False) as c:
                 c.execute("COMMIT")  # (a checkpoint cannot run inside a transaction)
                 c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                 c.execute("BEGIN")
         return gone
-
-    def _live(self, keys: list[KeyRef]) -> list[tuple[UUID, int]]:
-        out = []
-        for subject in {k.subject for k in keys}:
-            out.extend((subject, k.number) for k in self.keys_of(subject))
-        return out
 
     def epoch(self) -> Any:
         """What changes whenever a key is destroyed (the latest destruction's time and how many there are): a
