@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import msgspec
-from eventsourcing.persistence import StoredEvent
 
 from commands.eventlog import _uuid
 from ledger.chain import scan
@@ -50,7 +49,7 @@ def encrypt_existing(old: Any, new: Any, progress: Callable[[int, int], None] | 
     # of its own — then the spool recorded in one transaction (the SQLite writer is held by it)
     with tempfile.TemporaryFile() as spool:
         for n in scan(old, head, by_notification=True):
-            event = old.mapper.to_domain_event(_stored(n))
+            event = old.mapper.to_domain_event(n)
             if n.originator_version == 1:
                 sealer.whose(event.originator_id, event)
             _spool(spool, new.mapper.to_stored_event(event))
@@ -76,18 +75,13 @@ def compare(old: Any, new: Any, head: int) -> tuple[int, dict[str, Any] | None]:
         if a is None or b is None:  # one log holds more events than the other
             n = a if a is not None else b
             return equal, {"stream": str(_uuid(n.originator_id)), "version": n.originator_version, "fields": ["(missing)"]}
-        first = _fields(old.mapper.to_domain_event(_stored(a)))
-        second = _fields(new.mapper.to_domain_event(_stored(b)))
+        first = _fields(old.mapper.to_domain_event(a))
+        second = _fields(new.mapper.to_domain_event(b))
         if first != second:
             fields = sorted(k for k in first.keys() | second.keys() if first.get(k) != second.get(k))
             return equal, {"stream": str(_uuid(a.originator_id)), "version": a.originator_version, "fields": fields}
         equal += 1
     return equal, None
-
-
-def _stored(n: Any) -> StoredEvent:
-    return StoredEvent(originator_id=_uuid(n.originator_id), originator_version=n.originator_version, topic=n.topic,
-                       state=bytes(n.state))
 
 
 def _fields(event: Any) -> dict[str, Any]:
