@@ -68,3 +68,15 @@ def _model_names(app: Any, organization_id: UUID) -> dict[str, str]:
         return {}
     return {str(k): f"{c.provider}/{c.model}" + (f" ({c.display_name})" if c.display_name else "")
             for k, c in catalog.configs.items()}
+
+
+def bundle_page(app: Any, stream_id: UUID, events: list[Any]) -> Any:
+    """``page(version, evidence)``: the audit page an evidence bundle holds (``commands.evidence.write_bundle``) — the
+    stream at that version, each covered event linking its proof file in the bundle."""
+    from commands.queries import audit_timeline
+
+    def page(version: int, evidence: dict[str, Any]) -> str:
+        return audit_page(app, stream_id, events, version, audit_timeline(app, stream_id, events, version),
+                          evidence=evidence, proof_link=lambda v: f"proofs/v{v}.json")
+    return page
+

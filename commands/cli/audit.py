@@ -78,19 +78,14 @@ def audit(c: Ctx, stream_id: str, at_version: int | None, as_of: str | None, as_
 
 def _bundle(c: Ctx, sid: Any, events: list[Any], directory: Path, checkpoint_file: Path | None,
             key_file: Path | None) -> None:
-    from commands.audit_page import audit_page
+    from commands.audit_page import bundle_page
     from commands.evidence import EvidenceError, bundle_checkpoint, write_bundle
 
     if not events or audit_timeline(c.app, sid, events[:1], None)["aggregate"] != "chat":
         raise click.UsageError(f"{sid} is not a chat: a bundle is a chat's")
-
-    def page(version: int, evidence: dict[str, Any]) -> str:
-        return audit_page(c.app, sid, events, version, audit_timeline(c.app, sid, events, version),
-                          evidence=evidence, proof_link=lambda v: f"proofs/v{v}.json")
-
     try:
         made = write_bundle(c.app, sid, events[-1].originator_version, directory,
-                            bundle_checkpoint(c.app, checkpoint_file, key_file), page)
+                            bundle_checkpoint(c.app, checkpoint_file, key_file), bundle_page(c.app, sid, events))
     except EvidenceError as e:
         raise click.ClickException(str(e)) from None
     later = f"; {made['events_after']} later events are not covered yet" if made["events_after"] else ""

@@ -417,23 +417,18 @@ def chat_bundle(chat_id: UUID, principal: Principal, state: State) -> Response[b
     import tempfile
     import zipfile
 
-    from commands.audit_page import audit_page
+    from commands.audit_page import bundle_page
     from commands.evidence import EvidenceError, bundle_checkpoint, write_bundle
-    from commands.queries import audit_timeline, chat_events
+    from commands.queries import chat_events
 
     svc = service(state)
     svc.scopes.check_read(principal, svc.scopes.chat(chat_id))
     events = chat_events(svc.app, chat_id)
-
-    def page_at(version: int, evidence: dict[str, Any]) -> str:
-        return audit_page(svc.app, chat_id, events, version, audit_timeline(svc.app, chat_id, events, version),
-                          evidence=evidence, proof_link=lambda v: f"proofs/v{v}.json")
-
     buffer = io.BytesIO()
     with tempfile.TemporaryDirectory() as tmp:
         try:
             write_bundle(svc.app, chat_id, events[-1].originator_version, Path(tmp),
-                         bundle_checkpoint(svc.app, None, None), page_at)
+                         bundle_checkpoint(svc.app, None, None), bundle_page(svc.app, chat_id, events))
         except EvidenceError as e:
             raise LedgerError("checkpoint_not_found", f"{e}: the service publishes checkpoints with serve "
                                                       "--checkpoint-key") from None
