@@ -17,7 +17,7 @@ import pytest
 
 from tests.audit.test_audit_page_browser import CHROMIUM, browser
 from tests.catalog.kit import ALICE, ORG
-from tests.service.test_ui import browser_sign_in, command, signed_in
+from tests.service.test_ui import browser_sign_in, command, error_code, signed_in
 
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "ui"
 
@@ -152,3 +152,18 @@ def test_a_long_chat_opens_on_its_latest_events_in_chromium(long_chats, world):
             assert "question 0" in page.inner_text("#page")  # the whole page, every event
         finally:
             b.close()
+
+
+def test_the_new_chat_pages_refuse_whoever_may_not_read_the_chat(world):
+    """The pages this issue adds read a chat like its page does (``Scopes.check_read``): another member's chat is
+    ``not_chat_owner``, another organization's ``not_in_organization`` — as it was, what changed, its evidence,
+    a long chat's window — and a refused page says so without the chat's content."""
+    paths = ["", "?at=1", "?before=1", "?full=true", "/diff?from=1", "/bundle"]
+    for who, chat, code in (("alice", world.chat_b, "not_chat_owner"), ("alice", world.chat_c, "not_in_organization")):
+        with signed_in(world, who) as c:
+            for path in paths:
+                r = c.get(f"/ui/chats/{chat}{path}")
+                assert r.status_code == 403 and error_code(r) == code, (who, path, r.status_code)
+    with signed_in(world, "bob") as c:  # the owner reads them
+        assert c.get(f"/ui/chats/{world.chat_b}?at=1").status_code == 200
+        assert c.get(f"/ui/chats/{world.chat_b}/diff", params={"from": 0}).status_code == 200
