@@ -22,7 +22,7 @@ import msgspec
 from eventsourcing.persistence import Mapper, MapperDeserialisationError, StoredEvent, Transcoder
 
 from ledger.base import TOPICS
-from ledger.sealer import is_sealed, sealed_header
+from ledger.sealer import is_sealed
 from ledger.sealing import Envelope
 
 FORMATS = ("json", "msgpack")
@@ -164,17 +164,6 @@ class MsgspecMapper(Mapper):
             cache[cls] = decoder
         return decoder
 
-    def _opened(self, stored: StoredEvent, stream: UUID, data: bytes) -> bytes:
-        """The unsealed bytes of a payload sealed whole whose key is at hand; else the stored bytes."""
-        envelopes = sealed_header(data)
-        if envelopes is None:
-            return data  # several subjects' envelopes: decoded, then unsealed place by place
-        try:
-            opened = self.sealer.opened(envelopes, stream, stored.originator_version, stored.topic)
-        except ValueError as e:  # SealError: a changed record
-            raise CodecError(str(e)) from e
-        return data if opened is None else opened
-
     def _unsealed(self, state: dict[str, Any], envelopes: list[Any], cls: type, stored: StoredEvent,
                   stream: UUID) -> dict[str, Any]:
         """The decoded fields with their sealed values back (tombstones where a key was destroyed)."""
@@ -196,7 +185,13 @@ class MsgspecMapper(Mapper):
         stream = oid if isinstance(oid, UUID) else UUID(str(oid))
         try:
             if self.sealer is not None and is_sealed(data):  # sealed whole: decrypt and decode as usual (fast)
-                data = self._opened(stored_event, stream, data)
+                try:
+                    opened = self.sealer.open_payload(data, stream, stored_event.originator_version,
+                                                      stored_event.topic)
+                except ValueError as e:  # SealError: a changed record
+                    raise CodecError(str(e)) from e
+                if opened is not None:
+                    data = opened
             cls, state = self.decode_payload(stored_event.topic, data)
             envelopes = state.pop("sealed")
             if envelopes:  # several subjects' values, or a destroyed key: put values (or tombstones) back

@@ -17,9 +17,10 @@ from typing import Any, Callable
 from uuid import UUID
 
 import msgspec
+from cryptography.exceptions import InvalidTag
 
 from ledger.privacy import event_text_kinds, personal_declarations
-from ledger.sealing import ERASED, Envelope, Place, open_whole, seal, seal_whole, targets, unseal
+from ledger.sealing import ERASED, Envelope, Place, SealError, aead, seal, seal_whole, targets, unseal
 from ledger.subjectkeys import KeyRing
 
 SEALED_KEY = "sealed"
@@ -32,20 +33,33 @@ def is_sealed(data: bytes) -> bool:
     return data[:1] != b"{" and _MSGPACK_KEY in data[1:10]
 
 
+class StoredEnvelope(msgspec.Struct, array_like=True):
+    """An envelope as stored, for the read path of a payload sealed whole: the subject as its stored text (a key
+    of the keys kept in memory, not parsed per event) and the places as their stored bytes (what the box's
+    associated data covers: ``ledger.sealing._associated`` encodes them the same way), never decoded."""
+
+    subject: str
+    key: int
+    places: msgspec.Raw
+    nonce: bytes
+    box: bytes
+    whole: bool = False
+
+
 class SealedHeader(msgspec.Struct):
     """Only the envelopes of a sealed payload (the rest is skipped by the decoder)."""
 
-    sealed: list[Envelope]
+    sealed: list[StoredEnvelope]
 
 
 _HEADER = msgspec.msgpack.Decoder(SealedHeader)
 
 
-def sealed_header(data: bytes) -> list[Envelope] | None:
-    """The envelopes of a payload sealed whole (the clear fields skipped, not decoded); None when it is not one
-    envelope sealed whole."""
+def sealed_header(data: bytes) -> StoredEnvelope | None:
+    """The one envelope of a payload sealed whole (the clear fields skipped, not decoded); None when it is not
+    one envelope sealed whole."""
     envelopes = _HEADER.decode(data).sealed
-    return envelopes if len(envelopes) == 1 and envelopes[0].whole else None
+    return envelopes[0] if len(envelopes) == 1 and envelopes[0].whole else None
 
 
 def first_fields(recorder: Any, stream_id: UUID) -> tuple[str, dict[str, Any]] | None:
@@ -82,6 +96,9 @@ class Sealer:
         #: is destroyed (``refresh``: this process's erasures at once, another's within ``REFRESH`` seconds)
         self._keys: dict[tuple[UUID, int], bytes | None] = {}
         self._current: dict[tuple[UUID, UUID], tuple[int, bytes]] = {}
+        #: (subject as stored, number) -> (the key's AES-GCM object, the associated data's subject and number) or
+        #: None (destroyed): the read path of a payload sealed whole (``open_payload``), dropped with the keys
+        self._openers: dict[tuple[str, int], tuple[Any, bytes] | None] = {}
         self._epoch: Any = None
         self._checked = 0.0
         #: called (no arguments) when keys were destroyed: whatever else holds decrypted content drops it
@@ -106,6 +123,7 @@ class Sealer:
         with self._lock:
             self._keys.clear()
             self._current.clear()
+            self._openers = {}
         for drop in self.on_erasure:
             drop()
         return True
@@ -200,14 +218,32 @@ class Sealer:
             envelopes = seal(payload, places, lambda subject: self._current_key(subject, scope), identity, placeholder)
         return {SEALED_KEY: msgspec.to_builtins(envelopes, builtin_types=(bytes,)), **payload}
 
-    def opened(self, envelopes: list[Envelope], stream_id: UUID, version: int, topic: str) -> bytes | None:
-        """The unsealed payload of an event sealed whole, when its key is at hand; None otherwise (decode the
-        stored payload and ``unseal`` it: tombstones, or several subjects' values)."""
-        if len(envelopes) != 1 or not envelopes[0].whole:
+    def open_payload(self, data: bytes, stream_id: UUID, version: int, topic: str) -> bytes | None:
+        """The unsealed payload of a stored payload sealed whole, when its key is at hand; None otherwise (decode
+        the stored payload and ``unseal`` it: tombstones, or several subjects' values). The read path of every
+        sealed event (a rebuild's): what ``ledger.sealing.open_whole`` does, with the key's cipher and the
+        associated data's constant part kept per key (``SealError`` when the box does not open)."""
+        e = sealed_header(data)
+        if e is None:
             return None
-        e = envelopes[0]
-        key = self._key(e.subject, e.key)
-        return None if key is None else open_whole(e, key, event_identity(stream_id, version, topic))
+        if time.monotonic() - self._checked >= self.REFRESH:
+            self.refresh()
+        opener = self._openers.get((e.subject, e.key), False)
+        if opener is False:
+            subject = UUID(e.subject)
+            key = self._key(subject, e.key)
+            opener = self._openers[e.subject, e.key] = None if key is None else (
+                aead(key), subject.bytes + e.key.to_bytes(4, "big"))
+        if opener is None:
+            return None
+        # (``ledger.sealing._associated`` of a whole envelope: the event's identity, subject, number, places, "W")
+        associated = b"".join((stream_id.bytes, version.to_bytes(8, "big", signed=True), topic.encode(), opener[1],
+                               bytes(e.places), b"W"))
+        try:
+            return opener[0].decrypt(e.nonce, e.box, associated)  # type: ignore[no-any-return]
+        except InvalidTag:
+            raise SealError(f"the sealed content of subject {e.subject} does not open under its key {e.key}: the "
+                            "record was changed") from None
 
     def _kinds(self, cls: type) -> dict[str, str]:
         kinds = self._kinds_of.get(cls)

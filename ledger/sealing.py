@@ -4,7 +4,7 @@ as plain data (the dicts, lists and strings msgspec encodes), with AES-256-GCM f
 * ``targets(payload, declared, owner, actor)``: the concrete places (``("messages", 0, "parts", 1, "text")``) of an
   event's personal fields (its module's ``PERSONAL`` declaration, ``ledger.privacy``) and whose each is;
 * ``seal_whole`` (an event whose personal values are all one subject's: the box holds the whole payload as it
-  would be stored unsealed, so a reader decrypts and decodes it as before: ``open_whole``) or ``seal`` (each
+  would be stored unsealed, so a reader decrypts and decodes it as before: ``ledger.sealer.Sealer.open_payload``) or ``seal`` (each
   subject's values in its own envelope): an **envelope** is the subject, the key's number, the places (structure,
   not content: in clear), a nonce and the AES-GCM box; the places in the payload get a placeholder of their type.
   The event's own identity (stream, version, topic) and the envelope's subject, key and places are the
@@ -129,28 +129,16 @@ def seal_whole(payload: dict[str, Any], places: list[tuple[Place, UUID]], key: t
     number, secret = key
     listed = [list(p) for p, _ in places]
     nonce = os.urandom(12)
-    box = _aead(secret).encrypt(nonce, plain, _associated(event, subject, number, listed, True))
+    box = aead(secret).encrypt(nonce, plain, _associated(event, subject, number, listed, True))
     for p, _ in places:
         _set(payload, p, placeholder(p))
     return Envelope(subject, number, listed, nonce, box, True)
 
 
-def open_whole(envelope: Envelope, key: bytes, event: bytes) -> bytes:
-    """The payload's unsealed bytes from a whole envelope (``SealError`` when the box does not open)."""
-    from cryptography.exceptions import InvalidTag
-
-    try:
-        return _aead(key).decrypt(envelope.nonce, envelope.box, _associated(event, envelope.subject, envelope.key,
-                                                                            envelope.places, True))
-    except InvalidTag:
-        raise SealError(f"the sealed content of subject {envelope.subject} does not open under its key "
-                        f"{envelope.key}: the record was changed") from None
-
-
 _ciphers: dict[bytes, Any] = {}
 
 
-def _aead(key: bytes) -> Any:
+def aead(key: bytes) -> Any:
     """An AES-GCM object per key (made once: its key schedule is most of a small box's cost)."""
     cipher = _ciphers.get(key)
     if cipher is None:
@@ -176,7 +164,7 @@ def seal(payload: dict[str, Any], places: list[tuple[Place, UUID]], key_of: Call
         values = [_get(payload, p) for p in subject_places]
         listed = [list(p) for p in subject_places]
         nonce = os.urandom(12)
-        box = _aead(key).encrypt(nonce, msgspec.msgpack.encode(values), _associated(event, subject, number, listed))
+        box = aead(key).encrypt(nonce, msgspec.msgpack.encode(values), _associated(event, subject, number, listed))
         for p in subject_places:
             _set(payload, p, placeholder(p))
         envelopes.append(Envelope(subject, number, listed, nonce, box))
@@ -206,9 +194,9 @@ def unseal(payload: Any, envelopes: list[Envelope], key_of: Callable[[UUID, int]
                 payload = put(payload, p, tombstone(p))
             continue
         if e.whole:
-            raise SealError("a whole envelope is opened by open_whole, before decoding")
+            raise SealError("a whole envelope is opened before decoding (ledger.sealer.Sealer.open_payload)")
         try:
-            values = msgspec.msgpack.decode(_aead(key).decrypt(e.nonce, e.box, _associated(event, e.subject, e.key,
+            values = msgspec.msgpack.decode(aead(key).decrypt(e.nonce, e.box, _associated(event, e.subject, e.key,
                                                                                                 e.places)))
         except InvalidTag:
             raise SealError(f"the sealed content of subject {e.subject} does not open under its key {e.key}: the "
