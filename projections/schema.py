@@ -117,6 +117,35 @@ class Column:
         raise ProjectionError(f"column {self.name} ({t}): cannot store {type(value).__name__} {value!r}")
 
 
+def _canonical_test(cols: Sequence[Column]) -> Any:
+    """A function telling, fast, whether a row is already exactly its normalized form: every column and no
+    other, each value one its column's ``normalize`` gives back as the very same object (``Column``'s fast
+    paths inline; a json value through its normalization). Generated from the columns, one
+    test per column inline (a build checks every row it writes: ``projections.viewstate.check_canonical``)."""
+    tests = []
+    for i, c in enumerate(cols):
+        v = f"row[{c.name!r}]"
+        if c.type in _INT_RANGES:
+            lo, hi = _INT_RANGES[c.type]
+            test = f"(x.__class__ is int and {lo} <= x <= {hi})"
+        elif c.type in (TEXT, BOOLEAN, REAL):
+            test = f"x.__class__ is {({TEXT: 'str', BOOLEAN: 'bool', REAL: 'float'})[c.type]}"
+        elif c.type == TIMESTAMP:
+            test = "(x.__class__ is datetime and x.tzinfo is utc)"
+        else:  # json: its normalization, as the test says (a value it gives back as the same object)
+            test = f"norm{i}(x) is x"
+        if c.nullable:
+            test = f"x is None or {test}"
+        tests.append(f"    x = {v}\n    if not ({test}): return False")
+    source = (f"def is_canonical(row):\n    if len(row) != {len(cols)}: return False\n    try:\n"
+              + "\n".join("    " + line for t in tests for line in t.split("\n"))
+              + "\n    except (KeyError, ProjectionError):\n        return False\n    return True\n")
+    namespace: dict[str, Any] = {"datetime": datetime, "utc": timezone.utc, "ProjectionError": ProjectionError,
+                                 **{f"norm{i}": c.normalize for i, c in enumerate(cols)}}
+    exec(compile(source, "<projections.schema canonical test>", "exec"), namespace)  # noqa: S102 - names checked
+    return namespace["is_canonical"]
+
+
 @dataclass(frozen=True)
 class Table:
     """A table a projection owns. Stored as ``<projection>_v<version>_<name>``.
@@ -158,6 +187,7 @@ class Table:
         object.__setattr__(self, "_names", tuple(c.name for c in cols))
         object.__setattr__(self, "_normalizers", tuple((c.name, c.normalize) for c in cols))
         object.__setattr__(self, "_key_normalizers", tuple(self._by_name[k].normalize for k in self.primary_key))
+        object.__setattr__(self, "is_canonical", _canonical_test(cols))
         # What ``vetted_row`` checks of a row given as canonical: the columns whose values come typed from
         # event data and have limits the backends do not all enforce (integer ranges: SQLite has none) or a
         # canonical form a value may lack (a timestamp in another zone); text and json are taken as given.

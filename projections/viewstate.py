@@ -212,12 +212,8 @@ def check_canonical(t: Table, row: Mapping[str, Any]) -> None:
     ``True`` is not ``1``) and equal to it (JSON values equal and encoding the same: a tuple is not a list)."""
     # The common case first: every value is what its column's normalization gives back as the very same object
     # (its fast path: the value is already canonical), and the row has exactly the table's columns.
-    if len(row) == len(t.columns):
-        try:
-            if all(norm(row[name]) is row[name] for name, norm in t._normalizers):  # type: ignore[attr-defined]
-                return
-        except (KeyError, ProjectionError):
-            pass  # (reported below, with the column)
+    if t.is_canonical(row):  # type: ignore[attr-defined]
+        return
     normal = t.normalize_row(row)
     if row.keys() != normal.keys():
         raise ProjectionError(f"table {t.name}: a canonical row must give every column "
