@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 from projections.engine import (
     PositionConflict, Projection, ProjectionError, ProjectionFailed, Table, ViewState, physical_name,
 )
-from projections.builds import Bookkeeping
+from projections.builds import Bookkeeping, index_name
 from projections.sqlbase import _now, _q, _Writer, transient_errors
 
 
@@ -96,8 +96,8 @@ class Batches(Bookkeeping):
                         f"{position}, the batch starts at {first} (already applied)")
                 if token != writer.token or position != writer.position:
                     writer.cache.clear()  # someone else wrote since we filled the cache
-                if position == 0:  # (a stream-wise build that stopped midway left its text index suspended)
-                    self._resume_text_indexes(cur, projection, version)
+                if position == 0:  # (a stream-wise build that stopped midway left its indexes suspended)
+                    self._resume_indexes(cur, projection, version)
                 state = ViewState(projection.table_map(), _TxStore(self, cur, name, version), writer.cache)
                 projection.begin_batch()
                 for nid, event in items:
@@ -158,7 +158,7 @@ class Batches(Bookkeeping):
                     if some:
                         self._insert_rows(cur, table, physical_name(name, version, table.name), some)
                 if position is not None:
-                    self._resume_text_indexes(cur, projection, version)
+                    self._resume_indexes(cur, projection, version)
                     cur.execute(self._sql(
                         f"UPDATE {self._qualify('projection_tracking')} SET position = %s, writer = NULL, "
                         "updated_at = %s WHERE projection = %s AND version = %s AND position = 0"),
@@ -167,23 +167,31 @@ class Batches(Bookkeeping):
                         raise PositionConflict(f"projection {name} v{version} is no longer an empty build at 0")
         self._forget(name, version)
 
-    def suspend_text_indexes(self, projection: Projection, version: int) -> None:
-        """Before a stream-wise build of ``version`` (empty, at position 0, its lease held): its full-text
-        indexes stop following the rows one by one; the build's last ``insert_rows`` (the one that sets its
-        position) indexes every row at once and restores them, in its transaction."""
-        if not any(t.text_search for t in projection.tables):
+    def suspend_indexes(self, projection: Projection, version: int) -> None:
+        """Before a stream-wise build of ``version`` (empty, at position 0, its lease held): its secondary and
+        full-text indexes are dropped or stop following the rows one by one; the build's last ``insert_rows``
+        (the one that sets its position) builds them over every row at once, in its transaction. (Sorting
+        once is several times cheaper than keeping an index of rows that arrive stream by stream, in no order
+        of its columns: docs/views.md, "Rebuilding".) Absent only while the build is at position 0: a batch
+        applied at position 0 (a build that stopped midway) restores them first."""
+        if not any(t.text_search or t.indexes for t in projection.tables):
             return
         with self._write_tx() as cur:
             self._check_lease(cur, projection.name, version)
             for table in projection.tables:
+                name = physical_name(projection.name, version, table.name)
+                for i in range(1, len(table.indexes) + 1):
+                    cur.execute(f"DROP INDEX IF EXISTS {self._qualify(index_name(name, i))}")
                 if table.text_search is not None:
-                    self._suspend_text_search(cur, physical_name(projection.name, version, table.name),
-                                              table.text_search)
+                    self._suspend_text_search(cur, name, table.text_search)
 
-    def _resume_text_indexes(self, cur: Any, projection: Projection, version: int) -> None:
+    def _resume_indexes(self, cur: Any, projection: Projection, version: int) -> None:
         for table in projection.tables:
+            name = physical_name(projection.name, version, table.name)
+            self._create_indexes(cur, name, table)
             if table.text_search is not None:
-                self._resume_text_search(cur, physical_name(projection.name, version, table.name), table.text_search)
+                self._resume_text_search(cur, name, table.text_search)
+            self._analyze(cur, name)
 
     def _insert_rows(self, cur: Any, table: Table, name: str, rows: Sequence[dict[str, Any]]) -> None:
         cols = table.column_names

@@ -10,6 +10,11 @@ from projections.records import Build, Diff, Failure, Switch
 from projections.sqlbase import SqlBase, _Writer, _now, _q
 
 
+def index_name(table: str, i: int) -> str:
+    """The name of the ``i``-th secondary index of the physical table ``table`` (in the table's schema)."""
+    return check_identifier(f"{table}_i{i}", "index")
+
+
 class Bookkeeping(SqlBase):
     """Creates, lists and drops builds, records failures, switches the live build and logs it."""
 
@@ -114,11 +119,15 @@ class Bookkeeping(SqlBase):
         cols = [f"{_q(c.name)} {self._ddl_type(c)}{'' if c.nullable else ' NOT NULL'}" for c in table.columns]
         cols.append(f"PRIMARY KEY ({', '.join(map(_q, table.primary_key))})")
         cur.execute(f"CREATE TABLE {self._qualify(name)} ({', '.join(cols)}){self._table_suffix()}")
-        for i, index in enumerate(table.indexes, 1):
-            iname = check_identifier(f"{name}_i{i}", "index")
-            cur.execute(f"CREATE INDEX {_q(iname)} ON {self._qualify(name)} ({', '.join(map(_q, index))})")
+        self._create_indexes(cur, name, table)
         if table.text_search is not None:
             self._create_text_search(cur, name, table.text_search)
+
+    def _create_indexes(self, cur: Any, name: str, table: Table) -> None:
+        """The secondary indexes of table ``name`` (``Table.indexes``; those it has already are kept)."""
+        for i, index in enumerate(table.indexes, 1):
+            cur.execute(f"CREATE INDEX IF NOT EXISTS {_q(index_name(name, i))} ON {self._qualify(name)} "
+                        f"({', '.join(map(_q, index))})")
 
     def _forget(self, name: str, version: int) -> None:
         w = self._writers.pop((name, version), None)

@@ -360,6 +360,10 @@ class PostgresBackend(SqlBackend):
     def _resume_text_search(self, cur: Any, name: str, column: str) -> None:
         cur.execute(f"CREATE INDEX IF NOT EXISTS {_q(name + '_fts')} ON {self._qualify(name)} USING GIN ({self.TSV})")
 
+    def _analyze(self, cur: Any, name: str) -> None:
+        # (autovacuum would, some time later: until then every plan over the new rows guesses their number)
+        cur.execute(f"ANALYZE {self._qualify(name)}")
+
     def _text_search_sql(self, docs: str, column: str, alias: str, newest: str | None) -> tuple[str, str, str, int, str]:
         return (f"{self._qualify(docs)} {alias}", f"{alias}.{self.TSV} @@ to_tsquery('simple', %s)",
                 f"-ts_rank({alias}.{self.TSV}, to_tsquery('simple', %s))", 1,

@@ -142,6 +142,10 @@ class SqlBase:
         newer, by column ``newest`` when given) the index can give matches in."""
         raise NotImplementedError
 
+    def _analyze(self, cur: Any, name: str) -> None:
+        """Gather the planner's statistics of table ``name``, filled at once by a stream-wise build (where the
+        planner needs them to choose between its indexes)."""
+
     def _table_suffix(self) -> str:
         return ""
 
