@@ -20,8 +20,9 @@ stream's events and rows at a time, and at most ``FLUSH_ROWS`` rows waiting to b
 With ``workers > 1`` the originator-id space is cut into that many ranges, each read and folded by its own
 process (forked: the parent's projection object and settings, its own database connections). On PostgreSQL
 each worker inserts its rows itself, on its own connection, under the rebuild's lease (each of its
-transactions checks that the lease's holder, the rebuilding session, still holds it); on SQLite (one writer
-per file) the workers send their rows to the rebuilding process, which writes them. A worker that fails or
+transactions checks that the lease's holder, the rebuilding session, still holds it); on SQLite (one writer per file) the workers' transactions take the write lock in turns.
+The build's secondary and full-text indexes are made once, over every row, by its last transaction
+(``Batches.suspend_indexes``). A worker that fails or
 dies fails the rebuild (the others are stopped); the build is never switched in, so the live version is
 untouched.
 
@@ -93,12 +94,16 @@ def read_log(app: Any, head: int, topics: Sequence[str] | None, lo: UUID | None 
             yield from _stored(cur, lambda oid: oid)
         return
     last: tuple[str, int] | None = None
+    # The pages after the first start after the last (stream, version) read, which is past ``lo`` already: the
+    # bound is left out of their query, or SQLite searches its index from ``lo`` (not from that key) for every
+    # page, reading again all the range read so far
+    later = stored_events_query(app.recorder, head, topics=topics, hi=hi)
     while True:
         with datastore.transaction(commit=False) as cur:
             if last is None:
                 cur.execute(select + order + f" LIMIT {int(page)}", params)
             else:
-                cur.execute(select + query.after_key() + order + f" LIMIT {int(page)}", (*params, *last))
+                cur.execute(later.select + later.after_key() + order + f" LIMIT {int(page)}", (*later.params, *last))
             rows = cur.fetchall()
         if not rows:
             return
@@ -209,7 +214,7 @@ class RowSink:
         self.backend, self.projection, self.version, self.delegate = backend, projection, version, delegate
         self.rows: dict[str, list[dict[str, Any]]] = {}
         self.count = 0
-        self.worker_rss_mb: list[float] = []  # peak RSS of each worker that sent rows here
+        self.worker_rss_mb: list[float] = []  # peak RSS of each worker (none: folded in this process)
 
     def add(self, rows: dict[str, list[dict[str, Any]]]) -> None:
         for name, some in rows.items():
@@ -236,7 +241,7 @@ def build(app: Any, projection: Projection, backend: Any, version: int, head: in
     and set its position to ``head``. Raises ``StreamFailed`` when a
     stream cannot be folded (the build then holds some rows: recreate it), ``ProjectionError`` when a worker
     fails or dies."""
-    backend.suspend_text_indexes(projection, version)
+    backend.suspend_indexes(projection, version)
     sink = RowSink(backend, projection, version)
     report = None if progress is None else (lambda done: progress(done, head))
     if workers <= 1:
@@ -249,8 +254,9 @@ def build(app: Any, projection: Projection, backend: Any, version: int, head: in
 
 def _in_workers(app: Any, projection: Projection, backend: Any, version: int, head: int, workers: int,
                 sink: RowSink, progress: Progress | None) -> int:
-    write_own = backend.kind != "sqlite"  # PostgreSQL: every worker writes; SQLite: one writer, this process
-    delegate = backend.lease_token(projection.name, version) if write_own else None
+    # Every worker writes its own rows under the build's lease (``delegate``): PostgreSQL's writers at once,
+    # SQLite's in turns (each transaction takes the write lock), either way no rows through this process
+    delegate = backend.lease_token(projection.name, version)
     ctx = multiprocessing.get_context("fork")
     procs: dict[Any, Any] = {}
     try:
@@ -272,9 +278,7 @@ def _in_workers(app: Any, projection: Projection, backend: Any, version: int, he
                     proc.join()
                     raise ProjectionError(f"projection {projection.name}: a build worker (pid {proc.pid}) ended "
                                           f"before finishing (exit code {proc.exitcode}); nothing was switched")
-                if kind == "rows":
-                    sink.add(value)
-                elif kind == "progress":
+                if kind == "progress":
                     done[conn] = value
                     if progress is not None:
                         progress(sum(done.values()), head)
@@ -297,14 +301,13 @@ def _in_workers(app: Any, projection: Projection, backend: Any, version: int, he
 
 
 def _worker(app: Any, projection: Projection, backend: Any, version: int, head: int, lo: UUID | None,
-            hi: UUID | None, send: Any, delegate: str | None) -> None:
+            hi: UUID | None, send: Any, delegate: str) -> None:
     """One worker process: its own connections (the parent's belong to the parent), one id range."""
     status = 1
     try:
         app = app.reopen()
-        own = backend.reopen() if delegate is not None else None
-        sink = RowSink(own, projection, version, delegate) if own is not None else None
-        emit = sink.add if sink is not None else (lambda rows: send.send(("rows", rows)))
+        own = backend.reopen()
+        sink = RowSink(own, projection, version, delegate)
         last = [0]
 
         def report(done: int) -> None:
@@ -312,10 +315,9 @@ def _worker(app: Any, projection: Projection, backend: Any, version: int, head: 
                 last[0] = done
                 send.send(("progress", done))
 
-        done = fold_range(app, projection, head, lo, hi, emit, report)
-        if sink is not None:
-            sink.flush()
-            own.close()
+        done = fold_range(app, projection, head, lo, hi, sink.add, report)
+        sink.flush()
+        own.close()
         app.close()
         send.send(("done", (done, peak_rss_mb())))
         status = 0
