@@ -65,12 +65,13 @@ class SearchView(Projection):
         if is_erasure(event):  # the chats' documents rewritten: an erased word is found no more
             return rederive(self, self.app, event, self.position)
         key = event.originator_id.int
+        chat = uuid_str(event.originator_id)
         if event.__class__ is ev.ChatCreated:
             scope = (uuid_str(event.organization_id), uuid_str(event.owner_id))
         else:
             scope = self._scopes.get(key)  # type: ignore[assignment]
             if scope is None:
-                title = rows.get(DOCS, (uuid_str(event.originator_id), "t"))
+                title = rows.get(DOCS, (chat, "t"))
                 if title is None:
                     raise ProjectionError(f"chat {event.originator_id}: no ChatCreated before version "
                                           f"{event.originator_version}")
@@ -78,55 +79,55 @@ class SearchView(Projection):
         if len(self._scopes) >= MAX_SCOPES:
             self._scopes.clear()
         self._scopes[key] = scope
-        return list(_docs(uuid_str(event.originator_id), scope, event, rows))
+        return _docs(chat, scope, event, rows)
 
 
 #: chats whose organization and owner are kept in memory (each a few hundred bytes)
 MAX_SCOPES = 100_000
 
 
-def _doc(chat: str, scope: tuple[str, str], event: Any, doc_id: str, kind: str, body: str,
-         tools: list[str] = (), message_id: int | None = None, role: str | None = None,  # type: ignore[assignment]
-         author: Any = None) -> Upsert:
-    return Upsert(DOCS, {
-        "chat_id": chat, "doc_id": doc_id, "organization_id": scope[0], "owner_id": scope[1], "kind": kind, "message_id": message_id, "role": role,
-        "author": _id(author), "tools": tools_column(list(tools)), "at": event.timestamp,
-        "version": event.originator_version, "deleted": False, "body": body}, True)
+def _docs(chat: str, scope: tuple[str, str], event: Any, rows: Rows) -> list[RowOp]:
+    """The row operations of one event on its chat's documents."""
+    out: list[RowOp] = []
+    org, owner = scope
+    at, version = event.timestamp, event.originator_version
+
+    def doc(doc_id: str, kind: str, body: str, tools: list[str] = (), message_id: int | None = None,  # type: ignore[assignment]
+            role: str | None = None, author: Any = None) -> None:
+        out.append(Upsert(DOCS, {
+            "chat_id": chat, "doc_id": doc_id, "organization_id": org, "owner_id": owner, "kind": kind,
+            "message_id": message_id, "role": role, "author": _id(author), "tools": tools_column(tools),
+            "at": at, "version": version, "deleted": False, "body": body}, True))
+
+    for m in getattr(event, "messages", None) or ():
+        body, tools = parts_text(m.parts)
+        doc(f"m{m.message_id}", "message", body, tools, m.message_id, m.role, m.created_by)
+    cls = event.__class__
+    if cls is ev.ChatCreated or cls is ev.TitleSet:
+        doc("t", "title", event.title)
+    elif cls is ev.PromptQueued:
+        body, tools = parts_text(event.prompt.parts)
+        doc(f"q{event.prompt.queued_message_id}", "queued", body, tools, author=event.prompt.created_by)
+    elif cls is ev.QueuedPromptEdited:  # new words; the author is the prompt's
+        before = rows.get(DOCS, (chat, f"q{event.queued_message_id}"))
+        body, tools = parts_text(event.parts)
+        doc(f"q{event.queued_message_id}", "queued", body, tools, author=before["author"] if before else None)
+    elif cls is ev.QueuedPromptPromoted:
+        out.append(Delete(DOCS, (chat, f"q{event.queued_message_id}")))
+    elif cls is ev.QueuedPromptDeleted:
+        out.append(_deleted(chat, f"q{event.queued_message_id}"))
+    elif cls is ev.MessageEdited or cls is ev.ChatEnded:
+        if cls is ev.MessageEdited:
+            out.extend(_deleted(chat, f"m{i}") for i in event.deleted_message_ids)
+        out.extend(_deleted(chat, f"q{i}") for i in event.deleted_queued_message_ids)
+    error = getattr(event, "last_error", None)
+    if error is not None:
+        doc(f"e{version}", "error", f"{error.message}\n{error.kind or ''}".strip())
+    return out
 
 
 def _deleted(chat: str, doc_id: str) -> Update:
     return Update(DOCS, (chat, doc_id), {"deleted": True})
-
-
-def _docs(chat: str, scope: tuple[str, str], event: Any, rows: Rows) -> Iterable[RowOp]:
-    """The row operations of one event on its chat's documents."""
-    for m in getattr(event, "messages", None) or ():
-        body, tools = parts_text(m.parts)
-        yield _doc(chat, scope, event, f"m{m.message_id}", "message", body, tools, m.message_id, m.role, m.created_by)
-    cls = event.__class__
-    if cls is ev.ChatCreated or cls is ev.TitleSet:
-        yield _doc(chat, scope, event, "t", "title", event.title)
-    elif cls is ev.PromptQueued:
-        body, tools = parts_text(event.prompt.parts)
-        yield _doc(chat, scope, event, f"q{event.prompt.queued_message_id}", "queued", body, tools,
-                   author=event.prompt.created_by)
-    elif cls is ev.QueuedPromptEdited:  # new words; the author is the prompt's
-        before = rows.get(DOCS, (chat, f"q{event.queued_message_id}"))
-        body, tools = parts_text(event.parts)
-        yield _doc(chat, scope, event, f"q{event.queued_message_id}", "queued", body, tools,
-                   author=before["author"] if before else None)
-    elif cls is ev.QueuedPromptPromoted:
-        yield Delete(DOCS, (chat, f"q{event.queued_message_id}"))
-    elif cls is ev.QueuedPromptDeleted:
-        yield _deleted(chat, f"q{event.queued_message_id}")
-    elif cls is ev.MessageEdited or cls is ev.ChatEnded:
-        if cls is ev.MessageEdited:
-            yield from (_deleted(chat, f"m{i}") for i in event.deleted_message_ids)
-        yield from (_deleted(chat, f"q{i}") for i in event.deleted_queued_message_ids)
-    error = getattr(event, "last_error", None)
-    if error is not None:
-        yield _doc(chat, scope, event, f"e{event.originator_version}", "error",
-                   f"{error.message}\n{error.kind or ''}".strip())
 
 
 def search_projections(app: Any) -> list[Projection]:

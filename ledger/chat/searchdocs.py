@@ -10,7 +10,7 @@ beginning far more often than in the middle of a 12 MB tool output (docs/search.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 import msgspec
 
@@ -20,38 +20,53 @@ from ledger.chat.values import FilePart, Part, ReasoningPart, TextPart, ToolCall
 MAX_BODY = 200_000
 
 
-def _json_words(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
+def _json_words(value: Any, out: list[str]) -> None:
+    """Append the words of a JSON value: its strings, keys and other values (in order)."""
+    cls = value.__class__
+    if cls is str:
+        out.append(value)
+    elif cls is dict:
         for k, v in value.items():
-            yield str(k)
-            yield from _json_words(v)
-    elif isinstance(value, (list, tuple)):
+            out.append(str(k))
+            _json_words(v, out)
+    elif cls is list or cls is tuple:
         for v in value:
-            yield from _json_words(v)
+            _json_words(v, out)
+    elif isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, dict):
+        _json_words(dict(value), out)
+    elif isinstance(value, (list, tuple)):
+        _json_words(list(value), out)
     elif value is not None:
-        yield msgspec.json.encode(value).decode()
+        out.append(msgspec.json.encode(value).decode())
+
+
+_TEXT = (TextPart, ReasoningPart)
+_TOOL = (ToolCallPart, ToolResultPart)
 
 
 def parts_text(parts: list[Part]) -> tuple[str, list[str]]:
     """A message's searchable text and the tools its parts name (in order, each once)."""
     chunks: list[str] = []
     tools: list[str] = []
+    size = 0
     for p in parts:
-        if isinstance(p, (TextPart, ReasoningPart)):
-            chunks.append(p.text)
-        elif isinstance(p, ToolCallPart):
-            chunks.append(p.tool_name)
-            chunks.extend(_json_words(p.args))
-        elif isinstance(p, ToolResultPart):
-            chunks.append(p.tool_name)
-            chunks.extend(_json_words(p.result))
-        elif isinstance(p, FilePart):
-            chunks.append(p.file_id)
-        if isinstance(p, (ToolCallPart, ToolResultPart)) and p.tool_name not in tools:
-            tools.append(p.tool_name)
-        if sum(map(len, chunks)) > MAX_BODY:
+        cls = p.__class__
+        if cls in _TEXT:
+            chunks.append(p.text)  # type: ignore[union-attr]
+        elif cls in _TOOL:
+            name = p.tool_name  # type: ignore[union-attr]
+            chunks.append(name)
+            _json_words(p.args if cls is ToolCallPart else p.result, chunks)  # type: ignore[union-attr]
+            if name not in tools:
+                tools.append(name)
+        elif cls is FilePart:
+            chunks.append(p.file_id)  # type: ignore[union-attr]
+        else:
+            continue
+        size = sum(map(len, chunks))
+        if size > MAX_BODY:
             break
     return "\n".join(chunks)[:MAX_BODY], tools
 
