@@ -21,7 +21,7 @@ from projections.textquery import TextQueryError, parse, snippet, words
 #: hits per page at most
 MAX_LIMIT = 200
 #: matches ranked at most: the newest this many that pass the filters (docs/search.md)
-CANDIDATES = 2000
+CANDIDATES = 500
 STATUSES = ("waiting", "running", "interrupting", "requires_action", "error", "paused")
 
 

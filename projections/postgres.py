@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import threading
+import time
 from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
 from typing import Any, Iterator
@@ -109,6 +110,7 @@ class PostgresBackend(SqlBackend):
         super().__init__(cache_rows)
         self.conninfo = conninfo
         self.schema = schema
+        self._frequencies: dict[tuple[str, str], tuple[float, dict[str, float]]] = {}
         self._pin = threading.local()  # .conn, .count: the connection of this thread's leases
         # The views are derived data, rebuilt from the events at will: their commits need no standby's
         # confirmation (``synchronous_commit = local``), so a synchronous standby that has gone never holds up a
@@ -360,9 +362,27 @@ class PostgresBackend(SqlBackend):
     def _resume_text_search(self, cur: Any, name: str, column: str) -> None:
         cur.execute(f"CREATE INDEX IF NOT EXISTS {_q(name + '_fts')} ON {self._qualify(name)} USING GIN ({self.TSV})")
 
+    #: how long the word frequencies of a table's statistics are kept (seconds): they change with ANALYZE
+    FREQUENCIES_TTL = 300.0
+
     def _analyze(self, cur: Any, name: str) -> None:
         # (autovacuum would, some time later: until then every plan over the new rows guesses their number)
         cur.execute(f"ANALYZE {self._qualify(name)}")
+
+    def _word_frequencies(self, cur: Any, name: str, column: str) -> dict[str, float] | None:
+        # The tsvector column's statistics (ANALYZE, autovacuum's or a stream-wise build's last transaction):
+        # its most common lexemes and the share of rows holding each. A word not among them is rarer than all.
+        key = (name, column)
+        now = time.monotonic()
+        kept = self._frequencies.get(key)
+        if kept is not None and now - kept[0] < self.FREQUENCIES_TTL:
+            return kept[1]
+        cur.execute("SELECT e, f FROM pg_stats s, unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) "
+                    "AS u(e, f) WHERE s.schemaname = %s AND s.tablename = %s AND s.attname = %s AND e IS NOT NULL",
+                    (self.schema, name, self.TSV))
+        found = {e: float(f) for e, f in cur.fetchall()}
+        self._frequencies[key] = (now, found)
+        return found
 
     def _text_search_sql(self, docs: str, column: str, alias: str, newest: str | None) -> tuple[str, str, str, int, str]:
         return (f"{self._qualify(docs)} {alias}", f"{alias}.{self.TSV} @@ to_tsquery('simple', %s)",

@@ -169,20 +169,64 @@ class Reader:
         # read from the index in order and the query stops at the bound. (``capped`` tells the caller.)
         n = len(t.column_names)
         width = n + (len(j.column_names) if j is not None else 0)
-        inner = (f"SELECT {', '.join(f'{c} AS x{i}' for i, c in enumerate(cols))}, {rank} AS x_rank FROM {frm} "
-                 f"WHERE {' AND '.join(conds)} ORDER BY {recency} DESC LIMIT {int(candidates)}")
         keys = ", ".join(f"x{t.column_names.index(k)}" for k in t.primary_key)
-        sql = (f"SELECT {', '.join(f'x{i}' for i in range(width))}, count(*) OVER () FROM ({inner}) h "
-               f"ORDER BY x_rank, {keys} LIMIT {int(limit)} OFFSET {int(offset)}")
-        params += [match] * rank_params
-        # (the rank's parameters, if any, come first: the rank is in the inner select list)
-        params = params[-rank_params:] + params[:-rank_params] if rank_params else params
-        self.cur.execute(sql, params)
-        raw = self.cur.fetchall()
+
+        def run(source: str, source_params: list[Any]) -> list[Any]:
+            inner = (f"SELECT {', '.join(f'{c} AS x{i}' for i, c in enumerate(cols))}, {rank} AS x_rank FROM "
+                     f"{source}{frm[len(plain):]} WHERE {' AND '.join(conds)} ORDER BY {recency} DESC "
+                     f"LIMIT {int(candidates)}")
+            sql = (f"SELECT {', '.join(f'x{i}' for i in range(width))}, count(*) OVER () FROM ({inner}) h "
+                   f"ORDER BY x_rank, {keys} LIMIT {int(limit)} OFFSET {int(offset)}")
+            # (the rank's parameters, if any, come first: the rank is in the inner select list)
+            all_params = [match] * rank_params + source_params + params
+            self.cur.execute(sql, all_params)
+            return self.cur.fetchall()  # type: ignore[no-any-return]
+
+        plain = f"{b._qualify(name)} d" if frm.startswith(f"{b._qualify(name)} d") else ""
+        raw = None
+        walk = self._walk(t, name, terms, where, newest, candidates) if plain else None
+        if walk is not None:
+            # The newest rows in scope first, read in order of the recency index and matched one by one: for
+            # a query most documents match, the newest ``candidates`` matches are among them, found without
+            # reading every match (which the engine's own index would give, in no order of time). Only a
+            # walk that found all ``candidates`` answers; otherwise the usual query does (the same rows).
+            source, source_params = walk
+            raw = run(source, source_params)
+            if not raw or raw[0][-1] < candidates:
+                raw = None
+        if raw is None:
+            raw = run(plain, [])
         self.capped = bool(raw) and raw[0][-1] >= candidates
         rows = b._decode_rows(t, [r[:n] for r in raw])
         joined = b._decode_rows(j, [r[n:width] for r in raw]) if j is not None else [None] * len(rows)
         return list(zip(rows, joined))
+
+    #: rows of the newest a search walks at most (``_walk``), and how many times the candidates the statistics
+    #: must expect to find among them
+    WALK_ROWS = 20_000
+    WALK_MARGIN = 4
+
+    def _walk(self, t: Table, name: str, terms: Any, where: Mapping[str, Any] | None, newest: str | None,
+              candidates: int) -> tuple[str, list[Any]] | None:
+        """The newest ``WALK_ROWS`` rows in scope (``where``), as a FROM source, when the database's statistics
+        say the query's words are common enough that its ``candidates`` newest matches are likely among a
+        quarter of them (words of different terms taken as independent, a phrase as common as its rarest
+        word); None otherwise, or where the engine gives matches newest first itself."""
+        b = self.backend
+        if newest is None or t.text_search is None:
+            return None
+        frequencies = b._word_frequencies(self.cur, name, t.text_search)
+        if not frequencies:
+            return None
+        share = 1.0
+        for term in terms:
+            if not term.excluded:
+                share *= min(frequencies.get(w, 0.0) for w in term.words)
+        if share == 0 or share * self.WALK_ROWS < self.WALK_MARGIN * candidates:
+            return None
+        w, p = b._where(t, t.normalize_where(where), "w.")
+        return (f"(SELECT * FROM {b._qualify(name)} w{w} ORDER BY w.{_q(newest)} DESC LIMIT {self.WALK_ROWS}) d",
+                list(p))
 
     def distinct(self, table: str, column: str, where: Mapping[str, Any] | None = None,
                  contains: Mapping[str, str] | None = None) -> set[Any]:

@@ -146,6 +146,12 @@ class SqlBase:
         """Gather the planner's statistics of table ``name``, filled at once by a stream-wise build (where the
         planner needs them to choose between its indexes)."""
 
+    def _word_frequencies(self, cur: Any, name: str, column: str) -> dict[str, float] | None:
+        """The share of the rows of table ``name`` whose ``text_search`` column holds each of its most common
+        words, from the database's own statistics; None where the engine gives matches newest first anyway
+        (``Reader.text_search`` then never walks the newest rows itself)."""
+        return None
+
     def _table_suffix(self) -> str:
         return ""
 

@@ -14,7 +14,7 @@ import uuid
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from commands.queries import chat_ids
@@ -258,3 +258,63 @@ def test_a_stream_wise_rebuild_indexes_every_row_and_a_stopped_one_gets_its_inde
     with backend.reading(q, version) as r:
         hits = sorted(h["chat_id"] + h["doc_id"] for h, _ in r.text_search("search_docs", parse("common"), limit=500))
     assert hits == found(None, "common") and hits
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(texts=st.lists(st.sampled_from(["common word", "common rare", "common", "other words", "word common"]),
+                      min_size=30, max_size=60),
+       query=st.sampled_from(["common", "word", '"common word"', "common -rare", "rare", "other"]),
+       candidates=st.integers(1, 8), scoped=st.booleans(), walk_rows=st.integers(8, 60),
+       newest_other=st.integers(0, 20), margin=st.sampled_from([0, 4]))
+def test_walking_the_newest_rows_finds_what_the_index_finds(app: Any, backend: Any, monkeypatch: Any,
+                                                            texts: list[str], query: str, candidates: int,
+                                                            scoped: bool, walk_rows: int, newest_other: int,
+                                                            margin: int) -> None:
+    """PostgreSQL: for a query whose words the table's statistics say are common, the search first walks the
+    newest rows in scope (``Reader._walk``); it answers only when it found every candidate, and then with the
+    same hits, rank order, pages and ``capped`` as the query over the full-text index, however few rows it may
+    walk (``WALK_ROWS``; with no margin, ``WALK_MARGIN`` 0, it walks for any word the statistics know: a walk
+    that found fewer than every candidate leaves the answer to the index). SQLite's
+    index gives matches newest first itself: it never walks."""
+    from projections import rebuild
+    from projections.reading import Reader
+    from tests.projections.test_chat_views import ORG
+
+    # (the newest messages may hold none of the common words: a walk of the newest rows then finds too few)
+    texts = texts + ["other words"] * newest_other
+    record(app, 4, [(i % 4, {"type": "send_message", "text": t}) for i, t in enumerate(texts)])
+    p = renamed(SearchView, app, uuid.uuid4().hex[:6])
+    rebuild(app, p, backend)  # (stream-wise: its statistics gathered by its last transaction)
+    terms, scope = parse(query), {"organization_id": ORG} if scoped else None
+    walked: list[bool] = []
+    walk = Reader._walk  # (the original: each example undoes its patches)
+    monkeypatch.setattr(Reader, "WALK_ROWS", walk_rows)
+
+    def spy(self: Any, *args: Any) -> Any:
+        found = walk(self, *args)
+        walked.append(found is not None)
+        return found
+
+    def hits(use_walk: bool, offset: int) -> tuple[list[str], bool]:
+        monkeypatch.setattr(Reader, "_walk", spy if use_walk else (lambda *a: None))
+        monkeypatch.setattr(Reader, "WALK_ROWS", walk_rows)
+        monkeypatch.setattr(Reader, "WALK_MARGIN", margin)
+        with backend.reading(p) as r:
+            found = [h["chat_id"] + h["doc_id"] for h, _ in r.text_search(
+                "search_docs", terms, scope, limit=3, offset=offset, candidates=candidates, newest="at")]
+            return found, r.capped
+
+    try:
+        for offset in (0, 3):
+            assert hits(True, offset) == hits(False, offset)
+    finally:
+        monkeypatch.undo()  # (each example patches the class afresh)
+    if backend.kind == "sqlite":
+        assert not any(walked)
+    else:
+        event(f"walked: {any(walked)}")
+        # (the walk answers a word most rows hold: the statistics of a table where "common" is in most rows)
+        if query == "common" and (margin == 0 or (texts.count("other words") * 4 < len(texts)
+                                                   and walk_rows >= 8 * candidates)):
+            assert any(walked)
