@@ -214,6 +214,9 @@ def print_table(results: dict[str, Any]) -> None:
             click.echo(f"{backend:<9} {'search view rebuild, ' + format(x['events'], ',') + ' ev':<34} "
                        f"{x['rebuild']['events_per_s']:>16,} {x['rebuild']['scan_decode_events_per_s']:>16,} "
                        f"{x['rebuild']['ratio']:>7.2f} {'>=0.5':>7}")
+            click.echo(f"{backend:<9} {'  the same, ' + str(x['rebuild']['workers']) + ' workers / 1 (s)':<34} "
+                       f"{x['rebuild']['seconds']:>16} {x['rebuild']['one_worker']['seconds']:>16} "
+                       f"{x['rebuild']['one_worker']['ratio']:>7.2f} {'':>7}")
             for kind, q in x["queries"].items():
                 click.echo(f"{backend:<9} {'  search API p95 ms, ' + kind:<34} {q['p95_ms']:>16} {'p50 ' + str(q['p50_ms']):>16} "
                            f"{'':>7} {'<50':>7}")
