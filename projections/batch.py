@@ -172,8 +172,8 @@ class Batches(Bookkeeping):
         full-text indexes are dropped or stop following the rows one by one; the build's last ``insert_rows``
         (the one that sets its position) builds them over every row at once, in its transaction. (Sorting
         once is several times cheaper than keeping an index of rows that arrive stream by stream, in no order
-        of its columns: docs/views.md, "Rebuilding".) Absent only while the build is at position 0: a batch
-        applied at position 0 (a build that stopped midway) restores them first."""
+        of its columns: docs/commands.md, "Stream-wise rebuilds".) Absent only while the build is at position
+        0: a batch applied at position 0 (a build that stopped midway) restores them first."""
         if not any(t.text_search or t.indexes for t in projection.tables):
             return
         with self._write_tx() as cur:
