@@ -159,6 +159,8 @@ class Batches(Bookkeeping):
                         self._insert_rows(cur, table, physical_name(name, version, table.name), some)
                 if position is not None:
                     self._resume_indexes(cur, projection, version)
+                    for table in projection.tables:  # (only here: the statistics of a table with every row in)
+                        self._analyze(cur, physical_name(name, version, table.name))
                     cur.execute(self._sql(
                         f"UPDATE {self._qualify('projection_tracking')} SET position = %s, writer = NULL, "
                         "updated_at = %s WHERE projection = %s AND version = %s AND position = 0"),
@@ -191,7 +193,6 @@ class Batches(Bookkeeping):
             self._create_indexes(cur, name, table)
             if table.text_search is not None:
                 self._resume_text_search(cur, name, table.text_search)
-            self._analyze(cur, name)
 
     def _insert_rows(self, cur: Any, table: Table, name: str, rows: Sequence[dict[str, Any]]) -> None:
         cols = table.column_names
