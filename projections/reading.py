@@ -204,17 +204,19 @@ class Reader:
     #: rows of the newest a search walks at most (``_walk``), and how many times the candidates the statistics
     #: must expect to find among them
     WALK_ROWS = 20_000
-    WALK_MARGIN = 4
+    WALK_MARGIN = 1
 
     def _walk(self, t: Table, name: str, terms: Any, where: Mapping[str, Any] | None, newest: str | None,
               candidates: int) -> tuple[str, list[Any]] | None:
-        """The newest ``WALK_ROWS`` rows in scope (``where``), as a FROM source, when the database's statistics
-        say the query's words are common enough that its ``candidates`` newest matches are likely among a
-        quarter of them (words of different terms taken as independent, a phrase as common as its rarest
-        word); None otherwise, or where the engine gives matches newest first itself."""
+        """The newest ``WALK_ROWS`` rows in scope (``where``), as a FROM source, for a query with a phrase whose
+        words the database's statistics say are common enough that its ``candidates`` newest matches are likely
+        among a ``WALK_MARGIN``-th of them (words of different terms taken as independent, a phrase as common as
+        its rarest word); None otherwise, or where the engine gives matches newest first itself. (PostgreSQL's
+        planner takes a phrase to match a small fixed share of the rows, whatever its words: for a common
+        phrase it reads every match through the GIN index and sorts them by time.)"""
         b = self.backend
-        if newest is None or t.text_search is None:
-            return None
+        if newest is None or t.text_search is None or not any(len(term.words) > 1 for term in terms):
+            return None  # (a query of words alone: the planner estimates from the same statistics, and well)
         frequencies = b._word_frequencies(self.cur, name, t.text_search)
         if not frequencies:
             return None

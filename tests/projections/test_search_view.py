@@ -264,15 +264,16 @@ def test_a_stream_wise_rebuild_indexes_every_row_and_a_stopped_one_gets_its_inde
                                                                   HealthCheck.too_slow])
 @given(texts=st.lists(st.sampled_from(["common word", "common rare", "common", "other words", "word common"]),
                       min_size=30, max_size=60),
-       query=st.sampled_from(["common", "word", '"common word"', "common -rare", "rare", "other"]),
+       query=st.sampled_from(["common", "word", '"common word"', '"word common" -rare', '"other words"', "rare",
+                              '"common rare"']),
        candidates=st.integers(1, 8), scoped=st.booleans(), walk_rows=st.integers(8, 60),
        newest_other=st.integers(0, 20), margin=st.sampled_from([0, 4]))
 def test_walking_the_newest_rows_finds_what_the_index_finds(app: Any, backend: Any, monkeypatch: Any,
                                                             texts: list[str], query: str, candidates: int,
                                                             scoped: bool, walk_rows: int, newest_other: int,
                                                             margin: int) -> None:
-    """PostgreSQL: for a query whose words the table's statistics say are common, the search first walks the
-    newest rows in scope (``Reader._walk``); it answers only when it found every candidate, and then with the
+    """PostgreSQL: for a query with a phrase whose words the table's statistics say are common, the search first
+    walks the newest rows in scope (``Reader._walk``); it answers only when it found every candidate, and then with the
     same hits, rank order, pages and ``capped`` as the query over the full-text index, however few rows it may
     walk (``WALK_ROWS``; with no margin, ``WALK_MARGIN`` 0, it walks for any word the statistics know: a walk
     that found fewer than every candidate leaves the answer to the index). SQLite's
@@ -310,11 +311,11 @@ def test_walking_the_newest_rows_finds_what_the_index_finds(app: Any, backend: A
             assert hits(True, offset) == hits(False, offset)
     finally:
         monkeypatch.undo()  # (each example patches the class afresh)
-    if backend.kind == "sqlite":
+    if backend.kind == "sqlite" or '"' not in query:  # (words alone: the planner's own estimate)
         assert not any(walked)
     else:
         event(f"walked: {any(walked)}")
         # (the walk answers a word most rows hold: the statistics of a table where "common" is in most rows)
-        if query == "common" and (margin == 0 or (texts.count("other words") * 4 < len(texts)
+        if query == '"common word"' and (margin == 0 or (texts.count("other words") * 4 < len(texts)
                                                    and walk_rows >= 8 * candidates)):
             assert any(walked)
