@@ -173,8 +173,7 @@ class Reader:
 
         def run(source: str, source_params: list[Any]) -> list[Any]:
             inner = (f"SELECT {', '.join(f'{c} AS x{i}' for i, c in enumerate(cols))}, {rank} AS x_rank FROM "
-                     f"{source}{frm[len(plain):]} WHERE {' AND '.join(conds)} ORDER BY {recency} DESC "
-                     f"LIMIT {int(candidates)}")
+                     f"{source} WHERE {' AND '.join(conds)} ORDER BY {recency} DESC LIMIT {int(candidates)}")
             sql = (f"SELECT {', '.join(f'x{i}' for i in range(width))}, count(*) OVER () FROM ({inner}) h "
                    f"ORDER BY x_rank, {keys} LIMIT {int(limit)} OFFSET {int(offset)}")
             # (the rank's parameters, if any, come first: the rank is in the inner select list)
@@ -182,20 +181,22 @@ class Reader:
             self.cur.execute(sql, all_params)
             return self.cur.fetchall()  # type: ignore[no-any-return]
 
-        plain = f"{b._qualify(name)} d" if frm.startswith(f"{b._qualify(name)} d") else ""
         raw = None
-        walk = self._walk(t, name, terms, where, newest, candidates) if plain else None
+        walk = self._walk(t, name, terms, where, newest, candidates)
         if walk is not None:
             # The newest rows in scope first, read in order of the recency index and matched one by one: for
             # a query most documents match, the newest ``candidates`` matches are among them, found without
             # reading every match (which the engine's own index would give, in no order of time). Only a
             # walk that found all ``candidates`` answers; otherwise the usual query does (the same rows).
             source, source_params = walk
-            raw = run(source, source_params)
+            table = f"{b._qualify(name)} d"  # (the FROM of a dialect that walks is the table, then the join)
+            if not frm.startswith(table):
+                raise ProjectionError(f"a walk of table {name} in {frm!r}")
+            raw = run(source + frm[len(table):], source_params)
             if not raw or raw[0][-1] < candidates:
                 raw = None
         if raw is None:
-            raw = run(plain, [])
+            raw = run(frm, [])
         self.capped = bool(raw) and raw[0][-1] >= candidates
         rows = b._decode_rows(t, [r[:n] for r in raw])
         joined = b._decode_rows(j, [r[n:width] for r in raw]) if j is not None else [None] * len(rows)
