@@ -18,13 +18,12 @@ The runner then catches the build up from the head in log order, as for any buil
 stream's events and rows at a time, and at most ``FLUSH_ROWS`` rows waiting to be written.
 
 With ``workers > 1`` the originator-id space is cut into that many ranges, each read and folded by its own
-process (forked: the parent's projection object and settings, its own database connections). On PostgreSQL
-each worker inserts its rows itself, on its own connection, under the rebuild's lease (each of its
-transactions checks that the lease's holder, the rebuilding session, still holds it); on SQLite (one writer per file) the workers' transactions take the write lock in turns.
-The build's secondary and full-text indexes are made once, over every row, by its last transaction
-(``Batches.suspend_indexes``). A worker that fails or
-dies fails the rebuild (the others are stopped); the build is never switched in, so the live version is
-untouched.
+process (forked: the parent's projection object and settings, its own database connections). Each worker
+inserts its rows itself, on its own connection, under the rebuild's lease (each of its transactions checks
+that the lease's holder, the rebuilding session, still holds it); on SQLite (one writer per file) the workers'
+transactions take the write lock in turns. The build's secondary and full-text indexes are made once, over
+every row, by its last transaction (``Batches.suspend_indexes``). A worker that fails or dies fails the
+rebuild (the others are stopped); the build is never switched in, so the live version is untouched.
 
 A stream the projection cannot fold (``apply`` raising, a row that cannot be stored) stops the stream-wise
 build: the runner then makes the build in log order, which stops at that event exactly and records it.
