@@ -33,7 +33,7 @@ from psycopg_pool import ConnectionPool
 
 from projections import leases
 from projections.backend import SqlBackend
-from projections.sqlbase import _identity, _now, _q
+from projections.sqlbase import TextStatistics, _identity, _now, _q
 from projections.engine import BIGINT, BOOLEAN, INTEGER, JSON, REAL, TEXT, TIMESTAMP, UBIGINT, BuildBusy, Column, Table
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class PostgresBackend(SqlBackend):
         super().__init__(cache_rows)
         self.conninfo = conninfo
         self.schema = schema
-        self._frequencies: dict[tuple[str, str], tuple[float, dict[str, float]]] = {}
+        self._statistics: dict[tuple[str, str], tuple[float, TextStatistics | None]] = {}
         self._pin = threading.local()  # .conn, .count: the connection of this thread's leases
         # The views are derived data, rebuilt from the events at will: their commits need no standby's
         # confirmation (``synchronous_commit = local``), so a synchronous standby that has gone never holds up a
@@ -362,26 +362,38 @@ class PostgresBackend(SqlBackend):
     def _resume_text_search(self, cur: Any, name: str, column: str) -> None:
         cur.execute(f"CREATE INDEX IF NOT EXISTS {_q(name + '_fts')} ON {self._qualify(name)} USING GIN ({self.TSV})")
 
-    #: how long the word frequencies of a table's statistics are kept (seconds): they change with ANALYZE
-    FREQUENCIES_TTL = 300.0
+    #: how long a table's statistics are kept (seconds): they change with ANALYZE
+    STATISTICS_TTL = 300.0
 
     def _analyze(self, cur: Any, name: str) -> None:
         # (autovacuum would, some time later: until then every plan over the new rows guesses their number)
         cur.execute(f"ANALYZE {self._qualify(name)}")
 
-    def _word_frequencies(self, cur: Any, name: str, column: str) -> dict[str, float] | None:
-        # The tsvector column's statistics (ANALYZE, autovacuum's or a stream-wise build's last transaction):
-        # its most common lexemes and the share of rows holding each. A word not among them is rarer than all.
+    def _text_statistics(self, cur: Any, name: str, column: str) -> TextStatistics | None:
+        # The table's statistics (ANALYZE: autovacuum's, or a stream-wise build's last transaction): its rows, the
+        # tsvector column's most common lexemes and the share of rows holding each (a word not among them is
+        # rarer than all), and the other columns' most common values, for the share of rows a scope keeps.
         key = (name, column)
         now = time.monotonic()
-        kept = self._frequencies.get(key)
-        if kept is not None and now - kept[0] < self.FREQUENCIES_TTL:
+        kept = self._statistics.get(key)
+        if kept is not None and now - kept[0] < self.STATISTICS_TTL:
             return kept[1]
+        cur.execute("SELECT reltuples FROM pg_class WHERE oid = %s::regclass", (self._qualify(name),))
+        rows = float(cur.fetchone()[0])
         cur.execute("SELECT e, f FROM pg_stats s, unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) "
                     "AS u(e, f) WHERE s.schemaname = %s AND s.tablename = %s AND s.attname = %s AND e IS NOT NULL",
                     (self.schema, name, self.TSV))
-        found = {e: float(f) for e, f in cur.fetchall()}
-        self._frequencies[key] = (now, found)
+        words = {e: float(f) for e, f in cur.fetchall()}
+        cur.execute("SELECT attname, most_common_vals::text::text[], most_common_freqs, n_distinct FROM pg_stats "
+                    "WHERE schemaname = %s AND tablename = %s AND attname <> %s", (self.schema, name, self.TSV))
+        values: dict[str, tuple[dict[str, float], float]] = {}
+        for attname, vals, freqs, distinct in cur.fetchall():
+            common = dict(zip(vals or (), map(float, freqs or ())))
+            distinct = -distinct * rows if distinct < 0 else distinct  # (negative: a share of the rows)
+            rest = max(distinct - len(common), 1.0)
+            values[attname] = (common, max(0.0, 1.0 - sum(common.values())) / rest)
+        found = TextStatistics(rows, words, values) if rows > 0 else None
+        self._statistics[key] = (now, found)
         return found
 
     def _text_search_sql(self, docs: str, column: str, alias: str, newest: str | None) -> tuple[str, str, str, int, str]:

@@ -212,20 +212,26 @@ class Reader:
         """The newest ``WALK_ROWS`` rows in scope (``where``), as a FROM source, for a query with a phrase whose
         words the database's statistics say are common enough that its ``candidates`` newest matches are likely
         among a ``WALK_MARGIN``-th of them (words of different terms taken as independent, a phrase as common as
-        its rarest word); None otherwise, or where the engine gives matches newest first itself. (PostgreSQL's
-        planner takes a phrase to match a small fixed share of the rows, whatever its words: for a common
-        phrase it reads every match through the GIN index and sorts them by time.)"""
+        its rarest word), and reading them costs less than checking every match the GIN index gives; None
+        otherwise, or where the engine gives matches newest first itself. (PostgreSQL's planner takes a phrase
+        to match a small fixed share of the rows, whatever its words: for a common phrase it reads every match
+        through the GIN index and sorts them by time.)"""
         b = self.backend
         if newest is None or t.text_search is None or not any(len(term.words) > 1 for term in terms):
             return None  # (a query of words alone: the planner estimates from the same statistics, and well)
-        frequencies = b._word_frequencies(self.cur, name, t.text_search)
-        if not frequencies:
+        stats = b._text_statistics(self.cur, name, t.text_search)
+        if stats is None or not stats.words:
             return None
         share = 1.0
         for term in terms:
             if not term.excluded:
-                share *= min(frequencies.get(w, 0.0) for w in term.words)
-        if share == 0 or share * self.WALK_ROWS < self.WALK_MARGIN * candidates:
+                share *= min(stats.words.get(w, 0.0) for w in term.words)
+        if share == 0 or candidates / share * self.WALK_MARGIN > self.WALK_ROWS:
+            return None  # (its candidates are not expected among the rows a walk reads)
+        # The walk reads about candidates / share rows, the GIN index every match in scope, each of which costs
+        # about as many times more to check as the phrase has words (the positions of each, in the row)
+        matches = share * stats.rows * stats.share(t.normalize_where(where))
+        if candidates / share >= max(len(term.words) for term in terms) * matches:
             return None
         w, p = b._where(t, t.normalize_where(where), "w.")
         return (f"(SELECT * FROM {b._qualify(name)} w{w} ORDER BY w.{_q(newest)} DESC LIMIT {self.WALK_ROWS}) d",

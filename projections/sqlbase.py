@@ -13,7 +13,7 @@ import threading
 import uuid
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 from projections.engine import Column, ProjectionError, RowCache, Table
 from projections.leases import LeaseHolder
@@ -38,6 +38,25 @@ def transient_errors() -> tuple[type[BaseException], ...]:
             errors += [psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout]
         found = _TRANSIENT[loaded] = tuple(errors)
     return found
+
+
+class TextStatistics(NamedTuple):
+    """A table's statistics as its database gathered them: rows, the share of rows holding each of the text
+    search column's most common words, and per column its most common values' shares and the share of any
+    other value (for the rows an equality filter keeps)."""
+
+    rows: float
+    words: dict[str, float]
+    values: dict[str, tuple[dict[str, float], float]]
+
+    def share(self, where: Mapping[str, Any]) -> float:
+        """The share of rows with these column values (columns taken as independent; a column without
+        statistics keeps every row)."""
+        out = 1.0
+        for column, value in where.items():
+            common, other = self.values.get(column, ({}, 1.0))
+            out *= common.get(str(value), other)
+        return out
 
 
 def _now() -> datetime:
@@ -146,10 +165,9 @@ class SqlBase:
         """Gather the planner's statistics of table ``name``, filled at once by a stream-wise build (where the
         planner needs them to choose between its indexes)."""
 
-    def _word_frequencies(self, cur: Any, name: str, column: str) -> dict[str, float] | None:
-        """The share of the rows of table ``name`` whose ``text_search`` column holds each of its most common
-        words, from the database's own statistics; None where the engine gives matches newest first anyway
-        (``Reader.text_search`` then never walks the newest rows itself)."""
+    def _text_statistics(self, cur: Any, name: str, column: str) -> TextStatistics | None:
+        """What the database's statistics say of table ``name`` (``TextStatistics``); None where the engine gives
+        matches newest first anyway (``Reader.text_search`` then never walks the newest rows itself)."""
         return None
 
     def _table_suffix(self) -> str:
