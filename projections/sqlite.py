@@ -238,10 +238,15 @@ class SqliteBackend(SqlBackend):
                     (_ts(now + timedelta(seconds=self.LEASE_TTL)), name, *mine))
 
     def _check_delegate(self, cur: sqlite3.Cursor, name: str, build: int, token: str) -> None:
+        # As the holder's own writes do (``_check_lease``), a worker's keep the lease: it is the holder's while
+        # its row names the holder's token (nobody took it over) and the holder's process lives, and each write
+        # moves its expiry on (the holder itself writes nothing while its workers build, however long that takes)
         row = self._lease_row(cur, name, build)
-        if row is None or row[0] != token or not self._holder_alive(row, _ts(_now())):
+        if row is None or row[0] != token or not (row[4] != leases.MACHINE or leases.process_alive(row[2], row[5])):
             raise BuildBusy(f"projection {name} v{build}: the rebuild this worker writes for no longer holds "
                             "the build's lease; nothing written")
+        cur.execute("UPDATE projection_leases SET expires_at = ? WHERE projection = ? AND build = ? AND owner = ?",
+                    (_ts(_now() + timedelta(seconds=self.LEASE_TTL)), name, build, token))
 
     def reopen(self) -> SqliteBackend:
         return SqliteBackend(self.path, self.timeout, self.cache_rows)

@@ -235,3 +235,19 @@ def test_a_workers_range_is_read_from_the_last_key_each_page(app: Any, backend: 
             plan = " ".join(r[-1] for r in raw.execute("EXPLAIN QUERY PLAN " + sql, params))
             assert "(originator_id,originator_version)>(?,?)" in plan, plan
         raw.close()
+
+
+def test_workers_keep_the_builds_lease_however_long_they_take(app: Any, backend: Any, monkeypatch: Any) -> None:
+    """The workers write their rows under the rebuilding process's lease, which writes nothing meanwhile: each
+    worker's transaction moves the lease's expiry on (SQLite's leases expire; PostgreSQL's are the session's), so
+    a build longer than the lease's time to live — every build here, with a time to live of a millisecond — is
+    not refused halfway as if its rebuild had died."""
+    record(app, 12, [(i, {"type": "send_message", "text": f"m{i}"}) for i in range(24)])
+    suffix = uuid.uuid4().hex[:6]
+    by_log, by_workers = renamed(ChatViews, app, f"l{suffix}"), renamed(ChatViews, app, f"w{suffix}")
+    rebuild(app, by_log, backend, streamwise=False)
+    monkeypatch.setattr(streamwise, "FLUSH_ROWS", 2)  # (many transactions per worker)
+    monkeypatch.setattr(backend, "LEASE_TTL", 0.001)
+    result = rebuild(app, by_workers, backend, workers=2)
+    assert (result.streamwise, result.workers) == (True, 2)
+    assert read_build(backend, by_workers) == read_build(backend, by_log)
