@@ -65,6 +65,20 @@ def browser_sign_in(page: Any, world: Any, who: str) -> None:
     page.wait_for_url("**/ui/**")
 
 
+@contextmanager
+def signed_in_page(sync_playwright: Any, world: Any, who: str, **options: Any) -> Iterator[Any]:
+    """A 1280x900 Chromium page signed in as ``who`` (``browser_sign_in``; ``options``: the page's others, as
+    ``accept_downloads``); its browser closed after."""
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = b.new_page(viewport={"width": 1280, "height": 900}, **options)
+            browser_sign_in(page, world, who)
+            yield page
+        finally:
+            b.close()
+
+
 def error_code(r: httpx.Response) -> str:
     found = re.search(r'<code id="error-code">([^<]+)</code>', r.text)
     assert found, r.text[:500]

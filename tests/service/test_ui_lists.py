@@ -17,9 +17,9 @@ from commands.chatlist import ChatListFilters, chat_list
 from commands.handler import command_from_dict, execute
 from commands.views import catch_up_views
 from projections import open_backend
-from tests.audit.test_audit_page_browser import CHROMIUM, browser
+from tests.audit.test_audit_page_browser import browser
 from tests.catalog.kit import ALICE, BOB, ORG, org_with
-from tests.service.test_ui import browser_sign_in, command
+from tests.service.test_ui import command, signed_in_page
 
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "ui"
 
@@ -51,43 +51,37 @@ def test_the_chat_list_filters_and_the_family_tree_in_chromium(world):
     chats = record_family(world)
     base = f"{world.server.base}/ui/orgs/{ORG}/chats"
     SHOTS.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        try:
-            page = b.new_page(viewport={"width": 1280, "height": 900})
-            browser_sign_in(page, world, "admin")  # an admin sees every chat of the organization
-            page.goto(base)
-            everything = listed(page)
-            assert {chats["parent"], chats["child"], chats["failed"], chats["bobs"]} <= everything
-            # a tool used, through the form
-            page.fill("#filters input[name=tool]", "execute")
-            page.click("#filters button[type=submit]")
-            page.wait_for_url("**tool=execute**")
-            assert chats["parent"] in listed(page) and not {chats["child"], chats["failed"], chats["bobs"]} & listed(page)
-            page.screenshot(path=str(SHOTS / "chats-filtered.png"), full_page=True)
-            page.goto(f"{base}?has=error")
-            assert chats["failed"] in listed(page) and chats["parent"] not in listed(page)
-            page.goto(f"{base}?has=unresolved")
-            assert chats["parent"] in listed(page) and chats["failed"] not in listed(page)
-            page.goto(f"{base}?owner={BOB}")
-            assert chats["bobs"] in listed(page) and not {chats["parent"], chats["failed"]} & listed(page)
-            page.goto(f"{base}?status=error&owner={ALICE}")
-            assert listed(page) == {chats["failed"]}
-            page.goto(f"{base}?until=2000-01-01")
-            assert listed(page) == set()
-            # the search page: a ranked hit with its snippet, linking to the message's anchor
-            page.goto(f"{world.server.base}/ui/search?q=clean&tool=execute")
-            hit = page.locator(f"a[href^='/ui/chats/{chats['parent']}#msg-']").first
-            assert hit.count() == 1 and "make clean" in page.inner_text("body")
-            page.screenshot(path=str(SHOTS / "search.png"), full_page=True)
-            # the family, from the child's page: the parent above it, each linked
-            page.goto(f"{world.server.base}/ui/chats/{chats['child']}")
-            tree = page.inner_text("#family")
-            assert "Parent: clean the build" in tree and "Child: read the logs (this chat)" in tree
-            assert page.locator(f"#family a[href='/ui/chats/{chats['parent']}']").count() == 1
-            page.screenshot(path=str(SHOTS / "chat-family.png"))
-        finally:
-            b.close()
+    with signed_in_page(sync_playwright, world, "admin") as page:  # an admin sees every chat of the organization
+        page.goto(base)
+        everything = listed(page)
+        assert {chats["parent"], chats["child"], chats["failed"], chats["bobs"]} <= everything
+        # a tool used, through the form
+        page.fill("#filters input[name=tool]", "execute")
+        page.click("#filters button[type=submit]")
+        page.wait_for_url("**tool=execute**")
+        assert chats["parent"] in listed(page) and not {chats["child"], chats["failed"], chats["bobs"]} & listed(page)
+        page.screenshot(path=str(SHOTS / "chats-filtered.png"), full_page=True)
+        page.goto(f"{base}?has=error")
+        assert chats["failed"] in listed(page) and chats["parent"] not in listed(page)
+        page.goto(f"{base}?has=unresolved")
+        assert chats["parent"] in listed(page) and chats["failed"] not in listed(page)
+        page.goto(f"{base}?owner={BOB}")
+        assert chats["bobs"] in listed(page) and not {chats["parent"], chats["failed"]} & listed(page)
+        page.goto(f"{base}?status=error&owner={ALICE}")
+        assert listed(page) == {chats["failed"]}
+        page.goto(f"{base}?until=2000-01-01")
+        assert listed(page) == set()
+        # the search page: a ranked hit with its snippet, linking to the message's anchor
+        page.goto(f"{world.server.base}/ui/search?q=clean&tool=execute")
+        hit = page.locator(f"a[href^='/ui/chats/{chats['parent']}#msg-']").first
+        assert hit.count() == 1 and "make clean" in page.inner_text("body")
+        page.screenshot(path=str(SHOTS / "search.png"), full_page=True)
+        # the family, from the child's page: the parent above it, each linked
+        page.goto(f"{world.server.base}/ui/chats/{chats['child']}")
+        tree = page.inner_text("#family")
+        assert "Parent: clean the build" in tree and "Child: read the logs (this chat)" in tree
+        assert page.locator(f"#family a[href='/ui/chats/{chats['parent']}']").count() == 1
+        page.screenshot(path=str(SHOTS / "chat-family.png"))
     with world.client("alice") as c:  # a member's list holds only their own chats, whatever the filter
         r = c.get(f"/ui/orgs/{ORG}/chats", params={"owner": BOB})
         assert chats["bobs"] not in r.text

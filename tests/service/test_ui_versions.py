@@ -15,9 +15,9 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from tests.audit.test_audit_page_browser import CHROMIUM, browser
+from tests.audit.test_audit_page_browser import browser
 from tests.catalog.kit import ALICE, ORG
-from tests.service.test_ui import browser_sign_in, command, error_code, signed_in
+from tests.service.test_ui import command, error_code, signed_in, signed_in_page
 
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "ui"
 
@@ -51,57 +51,51 @@ def test_a_chat_as_it_was_what_changed_and_its_evidence_in_chromium(world, tmp_p
         assert c.get(f"/ui/chats/{chat_id}", params={"at": latest + 1}).status_code == 404  # version_not_found
         assert c.get(f"/ui/chats/{chat_id}/diff", params={"from": 3, "to": 2}).status_code == 400
     SHOTS.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        try:
-            page = b.new_page(viewport={"width": 1280, "height": 900}, accept_downloads=True)
-            browser_sign_in(page, world, "alice")
-            # the chat as it was at version 2: the first prompt and its answer, not yet edited; not live
-            page.goto(f"{world.server.base}/ui/chats/{chat_id}?at=2")
-            body = page.inner_text("body")
-            assert "as it was at version 2" in body and "The outage lasted 40 minutes." in body
-            assert "for executives" not in body and page.locator("script[src*='live.js']").count() == 0
-            assert page.locator("#page").get_attribute("data-version") == "2"
-            page.screenshot(path=str(SHOTS / "chat-at-version.png"), full_page=True)
-            # one step on: the edit (recorded as the old prompt and its answer soft-deleted, then the new prompt)
-            page.click("#next")
-            page.wait_for_url("**at=3")
-            assert page.locator(".msg.deleted").count() == 2 and "for executives" not in page.inner_text("#page")
-            page.click("#changed")  # what version 3 changed
-            page.wait_for_url("**/diff?from=2&to=3")
-            assert "Soft-deleted" in page.inner_text("body")
-            assert "The outage lasted 40 minutes." in " ".join(page.locator(".msg.deleted").all_inner_texts())
-            page.goto(f"{world.server.base}/ui/chats/{chat_id}?at=4")
-            assert "for executives" in page.inner_text("#page")
-            # what the edit changed, old -> new
-            page.goto(f"{world.server.base}/ui/chats/{chat_id}/diff?from=2&to=4")
-            assert "Summarize the incident report" in page.inner_text(".edited .was")
-            assert "for executives" in page.inner_text(".edited .now")
-            assert "for executives" in page.inner_text(".msg.added")
-            page.screenshot(path=str(SHOTS / "chat-diff.png"), full_page=True)
-            # since version 4, to the latest: the queued prompt and the new title
-            page.goto(f"{world.server.base}/ui/chats/{chat_id}/diff?from=4")
-            since = page.inner_text("body")
-            assert "Then list the follow-ups" in page.inner_text("#diff-queue")
-            assert "Incident review (executive)" in page.inner_text("#diff-state")
-            # the slider: version 1
-            page.goto(f"{world.server.base}/ui/chats/{chat_id}?at=4")
-            page.locator("input[name=at]").fill("1")
-            page.click("#versions button[type=submit]")
-            page.wait_for_url("**at=1")
-            assert version_of(page.url) == 1 and "The outage" not in page.inner_text("#page")
-            # as of a time before the chat: refused, and a page says why
-            page.goto(f"{world.server.base}/ui/chats/{chat_id}?as_of=2000-01-01T00:00:00Z")
-            assert "stream_not_found" in page.inner_text("body") or "had no events" in page.inner_text("body")
-            # the latest version, with the evidence bundle of a chat the published checkpoint covers
-            page.goto(f"{world.server.base}/ui/chats/{world.chat_a}")
-            assert "the latest (live)" in page.inner_text("#versions")
-            with page.expect_download() as got:
-                page.click("#bundle")
-            path = tmp_path / "bundle.zip"
-            got.value.save_as(path)
-        finally:
-            b.close()
+    with signed_in_page(sync_playwright, world, "alice", accept_downloads=True) as page:
+        # the chat as it was at version 2: the first prompt and its answer, not yet edited; not live
+        page.goto(f"{world.server.base}/ui/chats/{chat_id}?at=2")
+        body = page.inner_text("body")
+        assert "as it was at version 2" in body and "The outage lasted 40 minutes." in body
+        assert "for executives" not in body and page.locator("script[src*='live.js']").count() == 0
+        assert page.locator("#page").get_attribute("data-version") == "2"
+        page.screenshot(path=str(SHOTS / "chat-at-version.png"), full_page=True)
+        # one step on: the edit (recorded as the old prompt and its answer soft-deleted, then the new prompt)
+        page.click("#next")
+        page.wait_for_url("**at=3")
+        assert page.locator(".msg.deleted").count() == 2 and "for executives" not in page.inner_text("#page")
+        page.click("#changed")  # what version 3 changed
+        page.wait_for_url("**/diff?from=2&to=3")
+        assert "Soft-deleted" in page.inner_text("body")
+        assert "The outage lasted 40 minutes." in " ".join(page.locator(".msg.deleted").all_inner_texts())
+        page.goto(f"{world.server.base}/ui/chats/{chat_id}?at=4")
+        assert "for executives" in page.inner_text("#page")
+        # what the edit changed, old -> new
+        page.goto(f"{world.server.base}/ui/chats/{chat_id}/diff?from=2&to=4")
+        assert "Summarize the incident report" in page.inner_text(".edited .was")
+        assert "for executives" in page.inner_text(".edited .now")
+        assert "for executives" in page.inner_text(".msg.added")
+        page.screenshot(path=str(SHOTS / "chat-diff.png"), full_page=True)
+        # since version 4, to the latest: the queued prompt and the new title
+        page.goto(f"{world.server.base}/ui/chats/{chat_id}/diff?from=4")
+        since = page.inner_text("body")
+        assert "Then list the follow-ups" in page.inner_text("#diff-queue")
+        assert "Incident review (executive)" in page.inner_text("#diff-state")
+        # the slider: version 1
+        page.goto(f"{world.server.base}/ui/chats/{chat_id}?at=4")
+        page.locator("input[name=at]").fill("1")
+        page.click("#versions button[type=submit]")
+        page.wait_for_url("**at=1")
+        assert version_of(page.url) == 1 and "The outage" not in page.inner_text("#page")
+        # as of a time before the chat: refused, and a page says why
+        page.goto(f"{world.server.base}/ui/chats/{chat_id}?as_of=2000-01-01T00:00:00Z")
+        assert "stream_not_found" in page.inner_text("body") or "had no events" in page.inner_text("body")
+        # the latest version, with the evidence bundle of a chat the published checkpoint covers
+        page.goto(f"{world.server.base}/ui/chats/{world.chat_a}")
+        assert "the latest (live)" in page.inner_text("#versions")
+        with page.expect_download() as got:
+            page.click("#bundle")
+        path = tmp_path / "bundle.zip"
+        got.value.save_as(path)
     with zipfile.ZipFile(io.BytesIO(path.read_bytes())) as z:
         names = z.namelist()
         root = f"chat-{world.chat_a}/"
@@ -131,27 +125,21 @@ def test_a_long_chat_opens_on_its_latest_events_in_chromium(long_chats, world):
             {"type": "text", "text": f"answer {i}"}]}])
         command(world, "alice", type="finish_turn", chat_id=chat_id)
         command(world, "alice", type="send_message", chat_id=chat_id, text=f"question {i}")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        try:
-            page = b.new_page(viewport={"width": 1280, "height": 900})
-            browser_sign_in(page, world, "alice")
-            page.goto(f"{world.server.base}/ui/chats/{chat_id}")
-            window = page.inner_text("#window")
-            latest = int(window.split(" of ")[1].split(",")[0])
-            assert f"events {latest - 7}–{latest} of {latest}" in window
-            shown = " ".join(page.locator(".msg").all_inner_texts())  # (the title is the first prompt's: not a message)
-            assert "question 6" in shown and "answer 6" in shown and "question 0" not in shown
-            assert page.locator("#events tr").count() == 1 + 8
-            page.screenshot(path=str(SHOTS / "chat-long-window.png"), full_page=True)
-            page.click("#earlier")
-            page.wait_for_url(f"**before={latest - 8}")
-            assert f"events {latest - 15}–{latest - 8} of {latest}" in page.inner_text("#window")
-            page.click("#full")
-            page.wait_for_url("**full=true")
-            assert "question 0" in page.inner_text("#page")  # the whole page, every event
-        finally:
-            b.close()
+    with signed_in_page(sync_playwright, world, "alice") as page:
+        page.goto(f"{world.server.base}/ui/chats/{chat_id}")
+        window = page.inner_text("#window")
+        latest = int(window.split(" of ")[1].split(",")[0])
+        assert f"events {latest - 7}–{latest} of {latest}" in window
+        shown = " ".join(page.locator(".msg").all_inner_texts())  # (the title is the first prompt's: not a message)
+        assert "question 6" in shown and "answer 6" in shown and "question 0" not in shown
+        assert page.locator("#events tr").count() == 1 + 8
+        page.screenshot(path=str(SHOTS / "chat-long-window.png"), full_page=True)
+        page.click("#earlier")
+        page.wait_for_url(f"**before={latest - 8}")
+        assert f"events {latest - 15}–{latest - 8} of {latest}" in page.inner_text("#window")
+        page.click("#full")
+        page.wait_for_url("**full=true")
+        assert "question 0" in page.inner_text("#page")  # the whole page, every event
 
 
 def test_the_new_chat_pages_refuse_whoever_may_not_read_the_chat(world):
