@@ -136,7 +136,8 @@ class Reader:
         cols = [f"d.{_q(c)}" for c in t.column_names]
         conds = [cond]
         params: list[Any] = [match]
-        w, p = b._where(t, t.normalize_where(where), "d.")
+        scope = t.normalize_where(where)
+        w, p = b._where(t, scope, "d.")
         if w:
             conds.append(w[len(" WHERE "):])
             params += p
@@ -182,7 +183,7 @@ class Reader:
             return self.cur.fetchall()  # type: ignore[no-any-return]
 
         raw = None
-        walk = self._walk(t, name, terms, where, newest, candidates)
+        walk = self._walk(t, name, terms, scope, newest, candidates)
         if walk is not None:
             # The newest rows in scope first, read in order of the recency index and matched one by one: for
             # a query most documents match, the newest ``candidates`` matches are among them, found without
@@ -209,13 +210,13 @@ class Reader:
 
     def _walk(self, t: Table, name: str, terms: Any, where: Mapping[str, Any] | None, newest: str | None,
               candidates: int) -> tuple[str, list[Any]] | None:
-        """The newest ``WALK_ROWS`` rows in scope (``where``), as a FROM source, for a query with a phrase whose
-        words the database's statistics say are common enough that its ``candidates`` newest matches are likely
-        among a ``WALK_MARGIN``-th of them (words of different terms taken as independent, a phrase as common as
-        its rarest word), and reading them costs less than checking every match the GIN index gives; None
-        otherwise, or where the engine gives matches newest first itself. (PostgreSQL's planner takes a phrase
-        to match a small fixed share of the rows, whatever its words: for a common phrase it reads every match
-        through the GIN index and sorts them by time.)"""
+        """The newest ``WALK_ROWS`` rows in scope (``where``, normalized), as a FROM source, for a query with a
+        phrase whose words the database's statistics say are common enough that its ``candidates`` newest matches
+        are likely among a ``WALK_MARGIN``-th of them (words of different terms taken as independent, a phrase as
+        common as its rarest word), and reading them costs less than checking every match the GIN index gives;
+        None otherwise, or where the engine gives matches newest first itself. (PostgreSQL's planner takes a
+        phrase to match a small fixed share of the rows, whatever its words: for a common phrase it reads every
+        match through the GIN index and sorts them by time.)"""
         b = self.backend
         if newest is None or t.text_search is None or not any(len(term.words) > 1 for term in terms):
             return None  # (a query of words alone: the planner estimates from the same statistics, and well)
@@ -230,10 +231,10 @@ class Reader:
             return None  # (its candidates are not expected among the rows a walk reads)
         # The walk reads about candidates / share rows, the GIN index every match in scope, each of which costs
         # about as many times more to check as the phrase has words (the positions of each, in the row)
-        matches = share * stats.rows * stats.share(t.normalize_where(where))
+        matches = share * stats.rows * stats.share(where)
         if candidates / share >= max(len(term.words) for term in terms) * matches:
             return None
-        w, p = b._where(t, t.normalize_where(where), "w.")
+        w, p = b._where(t, where, "w.")
         return (f"(SELECT * FROM {b._qualify(name)} w{w} ORDER BY w.{_q(newest)} DESC LIMIT {self.WALK_ROWS}) d",
                 list(p))
 
