@@ -20,7 +20,8 @@ import msgspec
 from cryptography.exceptions import InvalidTag
 
 from ledger.privacy import event_text_kinds, personal_declarations
-from ledger.sealing import ERASED, Envelope, Place, SealError, aead, seal, seal_whole, targets, unseal
+from ledger.sealing import (ERASED, Envelope, Place, SealError, aead, associated, key_context, seal, seal_whole,
+                             targets, unseal)
 from ledger.subjectkeys import KeyRing
 
 SEALED_KEY = "sealed"
@@ -36,7 +37,7 @@ def is_sealed(data: bytes) -> bool:
 class StoredEnvelope(msgspec.Struct, array_like=True):
     """An envelope as stored, for the read path of a payload sealed whole: the subject as its stored text (a key
     of the keys kept in memory, not parsed per event) and the places as their stored bytes (what the box's
-    associated data covers: ``ledger.sealing._associated`` encodes them the same way), never decoded."""
+    associated data covers: ``ledger.sealing.associated``), never decoded."""
 
     subject: str
     key: int
@@ -221,8 +222,8 @@ class Sealer:
     def open_payload(self, data: bytes, stream_id: UUID, version: int, topic: str) -> bytes | None:
         """The unsealed payload of a stored payload sealed whole, when its key is at hand; None otherwise (decode
         the stored payload and ``unseal`` it: tombstones, or several subjects' values). The read path of every
-        sealed event (a rebuild's): what ``ledger.sealing.open_whole`` does, with the key's cipher and the
-        associated data's constant part kept per key (``SealError`` when the box does not open)."""
+        sealed event (a rebuild's): the box ``ledger.sealing.seal_whole`` made, opened with the key's cipher and
+        the associated data's key part kept per key (``SealError`` when the box does not open)."""
         e = sealed_header(data)
         if e is None:
             return None
@@ -233,14 +234,12 @@ class Sealer:
             subject = UUID(e.subject)
             key = self._key(subject, e.key)
             opener = self._openers[e.subject, e.key] = None if key is None else (
-                aead(key), subject.bytes + e.key.to_bytes(4, "big"))
+                aead(key), key_context(subject, e.key))
         if opener is None:
             return None
-        # (``ledger.sealing._associated`` of a whole envelope: the event's identity, subject, number, places, "W")
-        associated = b"".join((stream_id.bytes, version.to_bytes(8, "big", signed=True), topic.encode(), opener[1],
-                               bytes(e.places), b"W"))
         try:
-            return opener[0].decrypt(e.nonce, e.box, associated)  # type: ignore[no-any-return]
+            return opener[0].decrypt(e.nonce, e.box, associated(event_identity(stream_id, version, topic), opener[1],
+                                                                bytes(e.places), True))  # type: ignore[no-any-return]
         except InvalidTag:
             raise SealError(f"the sealed content of subject {e.subject} does not open under its key {e.key}: the "
                             "record was changed") from None

@@ -117,8 +117,19 @@ def targets(payload: dict[str, Any], declared: dict[str, str], owner: UUID | Non
     return out
 
 
+def key_context(subject: UUID, key: int) -> bytes:
+    """The part of a box's associated data that names its key: the subject and the key's number."""
+    return subject.bytes + key.to_bytes(4, "big")
+
+
+def associated(event: bytes, key: bytes, places: bytes, whole: bool) -> bytes:
+    """A box's associated data: the event's identity, its key (``key_context``), its places as msgpack (as stored
+    in the envelope), and whether the box holds the whole payload."""
+    return b"".join((event, key, places, b"W" if whole else b""))
+
+
 def _associated(event: bytes, subject: UUID, key: int, places: list[list[str | int]], whole: bool = False) -> bytes:
-    return event + subject.bytes + key.to_bytes(4, "big") + msgspec.msgpack.encode(places) + (b"W" if whole else b"")
+    return associated(event, key_context(subject, key), msgspec.msgpack.encode(places), whole)
 
 
 def seal_whole(payload: dict[str, Any], places: list[tuple[Place, UUID]], key: tuple[int, bytes], plain: bytes,
