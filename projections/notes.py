@@ -74,7 +74,7 @@ def _postgres(recorder: Any, datastore: Any, after: int, stop: int, limit: int,
     if topics:
         sql += " AND topic = ANY(%s)"
         params.append(list(topics))
-    with datastore.get_connection() as conn, conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+    with datastore.get_connection() as conn, conn.transaction(), conn.cursor(row_factory=tuple_row, binary=True) as cur:  # (binary: a payload as its bytes, not hex)
         cur.execute(sql + " ORDER BY notification_id LIMIT %s", (*params, limit))
         rows = cur.fetchall()
     return [Note(nid, oid, version, topic, state if state.__class__ is bytes else bytes(state))

@@ -87,7 +87,7 @@ def read_log(app: Any, head: int, topics: Sequence[str] | None, lo: UUID | None 
         from psycopg.rows import tuple_row
 
         with (datastore.get_connection() as conn, conn.transaction(),
-              conn.cursor(name="chat_ledger_streamwise", row_factory=tuple_row) as cur):
+              conn.cursor(name="chat_ledger_streamwise", row_factory=tuple_row, binary=True) as cur):
             cur.itersize = page
             cur.execute(select + order, params)
             yield from _stored(cur, lambda oid: oid)
@@ -135,11 +135,24 @@ def read_streams(app: Any, upto: dict[UUID, int], chunk: int = 500) -> Iterator[
                    "ORDER BY e.originator_id, e.originator_version")
             params = ([sid if datastore.originator_id_type == "uuid" else str(sid) for sid, _ in part],
                       [v for _, v in part])
-        with datastore.transaction(commit=False) as cur:
-            cur.execute(sql, params)
-            rows = cur.fetchall()
+        rows = _fetch(datastore, sqlite, sql, params)
         yield from _stored((tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows),
                            UUID if sqlite else (lambda oid: oid))
+
+
+def _fetch(datastore: Any, sqlite: bool, sql: str, params: Any) -> list[Any]:
+    """The rows of one query, in one read transaction (PostgreSQL: in the binary format, a payload as its bytes
+    where the text format sends hex)."""
+    if sqlite:
+        with datastore.transaction(commit=False) as cur:
+            cur.execute(sql, params)
+            return cur.fetchall()  # type: ignore[no-any-return]
+    from psycopg.rows import tuple_row
+
+    with datastore.get_connection() as conn, conn.transaction(), \
+            conn.cursor(row_factory=tuple_row, binary=True) as cur:
+        cur.execute(sql, params)
+        return cur.fetchall()
 
 
 def _stored(rows: Any, to_uuid: Callable[[Any], UUID]) -> Iterator[tuple[int, _Stored]]:

@@ -12,7 +12,7 @@ from uuid import UUID
 
 import psycopg
 from eventsourcing.persistence import (
-    IntegrityError, InterfaceError, OperationalError, ProgrammingError, StoredEvent,
+    IntegrityError, InterfaceError, Notification, OperationalError, ProgrammingError, StoredEvent,
 )
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresProcessRecorder
 from psycopg.sql import SQL, Identifier
@@ -142,6 +142,10 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder):
     def __init__(self, datastore: Any, *, events_table_name: str = "stored_events", **kwargs: Any) -> None:
         super().__init__(datastore, events_table_name=events_table_name, **kwargs)
         schema, table = Identifier(self.datastore.schema), Identifier(self.events_table_name)
+        columns = "notification_id, originator_id, originator_version, topic, state"
+        self.select_notifications_sql = SQL(f"SELECT {columns} FROM {{0}}.{{1}}").format(schema, table).as_string(None)
+        self.select_events_sql = SQL(f"SELECT {columns} FROM {{0}}.{{1}} WHERE originator_id = %s").format(
+            schema, table).as_string(None)
         id_type = Identifier(self.datastore.originator_id_type)
         create = self.sql_create_statements[self.create_table_statement_index]
         self.sql_create_statements[self.create_table_statement_index] = SQL(  # type: ignore[call-overload]
@@ -346,13 +350,50 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder):
             return {(r["originator_id"], r["originator_version"]): (r["topic"], bytes(r["state"]))
                     for r in curs.fetchall()}
 
-    @bounded_retry(READ_RETRY_SECONDS)
-    def select_events(self, *args: Any, **kwargs: Any) -> Any:
-        return _unretried(PostgresApplicationRecorder.select_events)(self, *args, **kwargs)
+    # The two reads below are the library's (same rows, same order, same types), with the columns they return
+    # named (not ``SELECT *``: the chain hash is not read) and their results in PostgreSQL's binary format: a
+    # payload arrives as its bytes, where the text format sends bytea as hex, twice its size, decoded by the
+    # client — half the time of a log scan.
 
     @bounded_retry(READ_RETRY_SECONDS)
-    def select_notifications(self, *args: Any, **kwargs: Any) -> Any:
-        return _unretried(PostgresApplicationRecorder.select_notifications)(self, *args, **kwargs)
+    def select_events(self, originator_id: UUID | str, *, gt: int | None = None, lte: int | None = None,
+                      desc: bool = False, limit: int | None = None) -> Sequence[StoredEvent]:
+        sql, params = self.select_events_sql, [originator_id]
+        for bound, clause in ((gt, " AND originator_version > %s"), (lte, " AND originator_version <= %s")):
+            if bound is not None:
+                sql += clause
+                params.append(bound)
+        sql += " ORDER BY originator_version DESC" if desc else " ORDER BY originator_version ASC"
+        if limit is not None:
+            sql += " LIMIT %s"
+            params.append(limit)
+        return [StoredEvent(originator_id=oid, originator_version=version, topic=topic, state=state)
+                for _, oid, version, topic, state in self._binary_rows(sql, params)]
+
+    @bounded_retry(READ_RETRY_SECONDS)
+    def select_notifications(self, start: int | None, limit: int, stop: int | None = None,
+                             topics: Sequence[str] = (), *, inclusive_of_start: bool = True) -> Sequence[Notification]:
+        where, params = [], []
+        if start is not None:
+            where.append("notification_id >= %s" if inclusive_of_start else "notification_id > %s")
+            params.append(start)
+        if stop is not None:
+            where.append("notification_id <= %s")
+            params.append(stop)
+        if topics:
+            where.append("topic = ANY(%s)")
+            params.append(list(topics))
+        sql = self.select_notifications_sql + (" WHERE " + " AND ".join(where) if where else "")
+        return [Notification(id=nid, originator_id=oid, originator_version=version, topic=topic, state=state)
+                for nid, oid, version, topic, state in self._binary_rows(sql + " ORDER BY notification_id LIMIT %s",
+                                                                         [*params, limit])]
+
+    def _binary_rows(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        from psycopg.rows import tuple_row
+
+        with self.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row, binary=True) as curs:
+            curs.execute(sql, params, prepare=True)
+            return curs.fetchall()
 
     @bounded_retry(READ_RETRY_SECONDS)
     def max_notification_id(self) -> int | None:
