@@ -229,13 +229,53 @@ class KeyRing:
                       f"{p})", (s, number, self._id(scope), wrap(self.master, subject, number, key), _now()))
             return number, None, key
 
+        postgres = not self.sqlite and self._memory is None
         for _ in range(10):
             try:
-                number, wrapped, key = self._tx(find_or_make, commit=True, unsynced=True)
+                number, wrapped, key = (self._find_or_make_pg(subject, scope) if postgres else
+                                        self._tx(find_or_make, commit=True, unsynced=True))
             except (IntegrityError, sqlite3_integrity_error()):
                 continue  # another process (or thread) made it first: read theirs
+            if number == 0:
+                continue  # (PostgreSQL: the same)
             return number, key if key is not None else unwrap(self.master, subject, number, wrapped)  # type: ignore[arg-type]
         raise SubjectKeyError(f"no key could be made for subject {subject}")
+
+    def _find_or_make_pg(self, subject: UUID, scope: UUID) -> tuple[int, bytes | None, bytes | None]:
+        """``current``'s transaction on PostgreSQL in two round trips (a new chat's first command waits for it):
+        one statement reads the scope's live key and the subject's last number; when there is no live key, one
+        pipeline sends BEGIN, the insert of a new key (not waiting for the disk: ``find_or_make``'s reason) and
+        COMMIT. The insert does nothing where another process made the scope's key or took the number meanwhile:
+        then (0, None, None), and ``current`` reads again."""
+        from psycopg.rows import tuple_row
+
+        t = self.table
+        with self.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as c, \
+                conn.cursor(row_factory=tuple_row) as insert:
+            c.execute(f"SELECT (SELECT max(number) FROM {t} WHERE subject = %s), k.number, k.wrapped FROM (SELECT 1) "
+                      f"AS one LEFT JOIN LATERAL (SELECT number, wrapped FROM {t} WHERE subject = %s AND scope = %s "
+                      "AND wrapped IS NOT NULL ORDER BY number DESC LIMIT 1) AS k ON true", (subject, subject, scope),
+                      prepare=True)
+            last, live, wrapped = c.fetchone()  # type: ignore[misc]
+            if live is not None:
+                return int(live), bytes(wrapped), None
+            number, key = int(last or 0) + 1, os.urandom(32)
+            try:
+                with conn.pipeline():
+                    c.execute("BEGIN")
+                    c.execute("SET LOCAL synchronous_commit TO OFF")
+                    insert.execute(f"INSERT INTO {t} (subject, number, scope, wrapped, created_at) VALUES (%s, %s, %s, "
+                                   "%s, %s) ON CONFLICT DO NOTHING RETURNING number",
+                                   (subject, number, scope, wrap(self.master, subject, number, key), _now()),
+                                   prepare=True)
+                    c.execute("COMMIT")
+            except BaseException:
+                import psycopg
+
+                if not conn.broken and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    conn.rollback()
+                raise
+            return (number, None, key) if insert.fetchall() else (0, None, None)
 
     def get(self, subject: UUID, number: int) -> bytes | None:
         """The subject's key ``number``; None when it was destroyed (or never made)."""

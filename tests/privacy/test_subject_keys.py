@@ -79,6 +79,36 @@ def test_many_asking_at_once_get_one_key(db_url) -> None:
             app.close()
 
 
+def test_one_subjects_keys_made_at_once_in_several_chats_get_numbers_of_their_own(db_url) -> None:
+    """Processes making the same person's keys for different chats at once read the same last number and
+    try the same next one: one insert wins each number, the others read again and take the next (a key
+    handed out under a number another key holds would seal content that opens under neither)."""
+    apps = [open_app(db_url) for _ in range(4)]
+    try:
+        KeyRing(apps[0], MASTER).ensure()
+        rings = [KeyRing(app, MASTER) for app in apps]
+        for _ in range(8):  # (a race each time: together they meet the lost insert every run)
+            subject, scopes, got = uuid.uuid4(), [uuid.uuid4() for _ in apps], {}
+            start = threading.Barrier(len(apps))
+
+            def make(ring, scope, subject=subject, got=got, start=start) -> None:
+                start.wait()
+                got[scope] = ring.current(subject, scope)
+
+            threads = [threading.Thread(target=make, args=(ring, scope)) for ring, scope in zip(rings, scopes)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len({number for number, _ in got.values()}) == len(scopes)  # a number each
+            for scope, (number, key) in got.items():
+                assert rings[0].get(subject, number) == key and rings[0].current(subject, scope) == (number, key)
+            assert [k.scope for k in rings[0].keys_of(subject)] == sorted(got, key=lambda s: got[s][0])
+    finally:
+        for app in apps:
+            app.close()
+
+
 def test_a_destroyed_key_leaves_no_trace_in_the_sqlite_files(tmp_path: Path) -> None:
     import sqlite3
 
