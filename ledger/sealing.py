@@ -122,9 +122,10 @@ def key_context(subject: UUID, key: int) -> bytes:
     return subject.bytes + key.to_bytes(4, "big")
 
 
-def associated(event: bytes, key: bytes, places: bytes, whole: bool) -> bytes:
+def associated(event: bytes, key: bytes, places: bytes | msgspec.Raw, whole: bool) -> bytes:
     """A box's associated data: the event's identity, its key (``key_context``), its places as msgpack (as stored
-    in the envelope), and whether the box holds the whole payload."""
+    in the envelope: bytes, or the stored bytes themselves as ``msgspec.Raw``), and whether the box holds the
+    whole payload."""
     return b"".join((event, key, places, b"W" if whole else b""))
 
 
