@@ -10,10 +10,11 @@ without a master key) is stored as before.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 from uuid import UUID
 
 import msgspec
@@ -79,6 +80,16 @@ def event_identity(stream_id: UUID, version: int, topic: str) -> bytes:
     return stream_id.bytes + version.to_bytes(8, "big", signed=True) + topic.encode()
 
 
+class NewKey(NamedTuple):
+    """A key made for a new stream's first event, written in that event's transaction (``Sealer._current_key``)."""
+
+    subject: UUID
+    scope: UUID
+    number: int
+    key: bytes
+    row: tuple[Any, ...]  # (``KeyRing.new_key``'s, for ``KeyRing.insert_new``)
+
+
 class Sealer:
     """Seals and unseals the personal fields of one application's events."""
 
@@ -105,6 +116,14 @@ class Sealer:
         self._checked = 0.0
         #: called (no arguments) when keys were destroyed: whatever else holds decrypted content drops it
         self.on_erasure: list[Callable[[], None]] = []
+        #: keys made for a new stream's first event, not stored yet: stream -> [(subject, number, key, row)], taken
+        #: by the recorder into that event's transaction (``take_new_keys``, ``settle_new_keys``)
+        self._new: dict[UUID, list[NewKey]] = {}
+        #: scopes whose first save with a new key failed: their keys are made (or found) on their own since
+        self._slow: set[UUID] = set()
+        self._saving = threading.local()
+        #: whether the application's recorder writes new keys in its events' transaction (``ledger.store``)
+        self.keys_with_events = False
 
     # -- keys ----------------------------------------------------------------------------------------------------
 
@@ -126,17 +145,63 @@ class Sealer:
             self._keys.clear()
             self._current.clear()
             self._openers = {}
+            for waiting in self._new.values():  # (not stored yet, so not destroyed: kept for their saves)
+                for new in waiting:
+                    self._current[new.subject, new.scope] = (new.number, new.key)
+                    self._keys[new.subject, new.number] = new.key
         for drop in self.on_erasure:
             drop()
         return True
 
-    def _current_key(self, subject: UUID, scope: UUID) -> tuple[int, bytes]:
+    def _current_key(self, subject: UUID, scope: UUID, first: bool = False) -> tuple[int, bytes]:
+        """The subject's key for ``scope``. ``first``: for the first event of the stream that is the scope (a new
+        chat or conversation: no key of it can exist), which, inside a save (``saving``) through a recorder that
+        takes new keys, gets a new key written with that event (``take_new_keys``) rather than in a transaction
+        of its own."""
         self.refresh()
         found = self._current.get((subject, scope))
         if found is None:
-            found = self._current[subject, scope] = self.keys.current(subject, scope)
+            if first and self.keys_with_events and getattr(self._saving, "on", False) and scope not in self._slow:
+                number, key, row = self.keys.new_key(subject, scope)
+                with self._lock:
+                    self._new.setdefault(scope, []).append(NewKey(subject, scope, number, key, row))
+                found = (number, key)
+            else:
+                found = self.keys.current(subject, scope)
+            self._current[subject, scope] = found
             self._keys[subject, found[0]] = found[1]
         return found
+
+    @contextlib.contextmanager
+    def saving(self) -> Iterator[None]:
+        """The application's save, in this thread: events encoded now go to the recorder's ``insert_events``,
+        which writes their new keys (encoding outside a save — an import, a copy — makes keys on their own)."""
+        self._saving.on = True
+        try:
+            yield
+        finally:
+            self._saving.on = False
+
+    def take_new_keys(self, stored: Sequence[Any]) -> list[NewKey]:
+        """The new keys of these events' streams (``_current_key``), for the recorder to write in their
+        transaction; taken once (a key waits here until a save of its stream takes it)."""
+        if not self._new:
+            return []
+        with self._lock:
+            return [k for oid in {e.originator_id for e in stored} for k in self._new.pop(oid, ())]
+
+    def settle_new_keys(self, taken: list[NewKey], saved: bool) -> None:
+        """After the transaction that wrote ``taken``: unless it surely committed (``saved``), the keys are
+        forgotten — rolled back, or in doubt — and their scopes' keys are looked up (or made) on their own from
+        now on, so a retry finds one stored meanwhile."""
+        if saved or not taken:
+            return
+        with self._lock:
+            for new in taken:
+                self._current.pop((new.subject, new.scope), None)
+                self._keys.pop((new.subject, new.number), None)
+                self._slow.add(new.scope)
+            self._openers = {}
 
     def _key(self, subject: UUID, number: int) -> bytes | None:
         self.refresh()
@@ -213,11 +278,13 @@ class Sealer:
         identity = event_identity(stream, event.originator_version, topic)
         placeholder = lambda place: _PLACEHOLDER[kinds.get(_declared_path(place), "any")]()  # noqa: E731
         subjects = {s for _, s in places}
+        first = scope == stream and event.originator_version == 1  # (a new chat's or conversation's first event)
         if len(subjects) == 1:
-            envelopes = [seal_whole(payload, places, self._current_key(next(iter(subjects)), scope), plain(),
+            envelopes = [seal_whole(payload, places, self._current_key(next(iter(subjects)), scope, first), plain(),
                                     identity, placeholder)]
         else:
-            envelopes = seal(payload, places, lambda subject: self._current_key(subject, scope), identity, placeholder)
+            envelopes = seal(payload, places, lambda subject: self._current_key(subject, scope, first), identity,
+                             placeholder)
         return {SEALED_KEY: msgspec.to_builtins(envelopes, builtin_types=(bytes,)), **payload}
 
     def open_payload(self, data: bytes, stream_id: UUID, version: int, topic: str) -> bytes | None:

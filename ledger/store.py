@@ -17,6 +17,8 @@ for writers) makes the PostgreSQL schema and the event tables when they are miss
 
 from __future__ import annotations
 
+import contextlib
+
 import logging
 import os
 import sqlite3
@@ -90,6 +92,9 @@ class ChatLedgerApp(Application[UUID]):
             from ledger.sealer import Sealer
 
             self.mapper.sealer = Sealer(self, self.master_key)  # type: ignore[attr-defined]
+            if hasattr(self.recorder, "new_keys"):  # (the ledger's recorders: a new chat's key with its events)
+                self.recorder.new_keys = self.mapper.sealer  # type: ignore[attr-defined]
+                self.mapper.sealer.keys_with_events = True  # type: ignore[attr-defined]
             # a cached aggregate may hold content whose key was destroyed since: drop them all (erasures are rare)
             self.mapper.sealer.on_erasure.append(self._drop_cache)  # type: ignore[attr-defined]
         else:
@@ -252,7 +257,9 @@ class ChatLedgerApp(Application[UUID]):
             else:
                 processing.collect_events(obj)
         processing.saved_kwargs.update(kwargs)
-        recordings = self._record(processing)
+        sealer = getattr(self.mapper, "sealer", None)
+        with sealer.saving() if sealer is not None else contextlib.nullcontext():
+            recordings = self._record(processing)
         self._take_snapshots(processing)
         self._notify(recordings)
         self.notify(processing.events)  # (deprecated in the library, kept as it calls it)

@@ -1,6 +1,6 @@
 """Each data subject's keys, wrapped by the ledger's master key (issue 28, point 2; docs/privacy.md).
 
-A subject (a user) has data keys numbered from 1, one per **scope** (the chat or conversation whose content it
+A subject (a user) has data keys, one per **scope** (the chat or conversation whose content it
 seals): its content there is sealed under the current one (``ledger.sealing``). Keys live in a table of their own
 beside the events — ``subject_keys(subject, number, scope, wrapped, created_at, destroyed_at)``, never in an event — each AES-256-GCM-wrapped under the **master key**, with
 the subject and number as associated data (a wrapped key copied to another row does not unwrap). The master key is
@@ -9,6 +9,11 @@ given to the ledger, never stored by it: ``CHAT_LEDGER_MASTER_KEY`` (base64 of 3
 
 Destroying a subject's keys overwrites their wrapped bytes with nothing and marks them destroyed; the rows stay,
 so numbering goes on (a subject who writes again gets a new key) and a reader can tell "erased" from "missing".
+
+A key's number comes from the ledger's allocator (``subject_key_numbers``): no two keys share one, whoever makes
+them at once. The key of a new chat or conversation is written in the transaction of the stream's first event
+(``new_key``, ``insert_new``; the recorders call them through ``ledger.sealer``), so a new chat's first command pays
+no transaction of its own; any other new key is made in a small transaction of its own first (``current``).
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ from uuid import UUID
 T = TypeVar("T")
 MASTER_ENV, MASTER_FILE_ENV = "CHAT_LEDGER_MASTER_KEY", "CHAT_LEDGER_MASTER_KEY_FILE"
 _WRAP_CONTEXT = b"chat-ledger-data-key/v1"
+#: the first number the allocator hands out (``KeyRing.number``): above every number made before it, when each
+#: subject's keys were numbered 1, 2, 3...; integers of 4 bytes (the box's associated data) leave 2.1 billion keys
+FIRST_NUMBER = 1 << 24
 
 
 class SubjectKeyError(LookupError):
@@ -92,6 +100,10 @@ class KeyRing:
         self.datastore = getattr(app.recorder, "datastore", None)
         self.sqlite = self.datastore is None or isinstance(self.datastore, SQLiteDatastore)
         self.table = "subject_keys" if self.sqlite else f'"{getattr(self.datastore, "schema", "")}".subject_keys'
+        #: the numbers' allocator: a one-row table (SQLite), a sequence (PostgreSQL)
+        self.numbers = "subject_key_numbers" if self.sqlite else f'"{getattr(self.datastore, "schema", "")}".subject_key_numbers'
+        self._block: list[int] = []  # numbers reserved by this process, not handed out yet (``number``)
+        self._block_lock = threading.Lock()  # (not ``_lock``: the reservation's transaction may take that one)
         self.p = "?" if self.sqlite else "%s"
         self.same = "IS" if self.sqlite else "IS NOT DISTINCT FROM"  # (null-safe equality)
         self.master = master
@@ -168,6 +180,9 @@ class KeyRing:
                f"CREATE INDEX IF NOT EXISTS subject_keys_destroyed ON {t} (destroyed_at)",
                # one live key per subject and scope, however many processes make one at once
                f"CREATE UNIQUE INDEX IF NOT EXISTS subject_keys_live ON {t} (subject, scope) WHERE wrapped IS NOT NULL"]
+        ddl += ([f"CREATE TABLE IF NOT EXISTS {self.numbers} (next integer NOT NULL)",
+                 f"INSERT INTO {self.numbers} (next) SELECT {FIRST_NUMBER} WHERE NOT EXISTS (SELECT 1 FROM {self.numbers})"]
+                if self.sqlite else [f"CREATE SEQUENCE IF NOT EXISTS {self.numbers} AS integer START WITH {FIRST_NUMBER}"])
         for attempt in range(5):
             try:
                 if self._memory is None and table_exists(self.datastore) and not self._has_scope():
@@ -204,27 +219,21 @@ class KeyRing:
 
     def current(self, subject: UUID, scope: UUID) -> tuple[int, bytes]:
         """The subject's current key for ``scope`` (made when it has none there, or only destroyed ones): its
-        number and bytes. Numbers run per subject, across scopes."""
+        number and bytes. Numbers come from the ledger's allocator (``number``): no two keys have one."""
         from eventsourcing.persistence import IntegrityError
 
         self.ensure()
         p, s, t = self.p, self._id(subject), self.table
 
         def find_or_make(c: Any) -> tuple[int, bytes | None, bytes | None]:
-            # one transaction: the live key of the scope, else a new one numbered after the subject's last
+            # SQLite's (PostgreSQL: ``_find_or_make_pg``), one transaction: the live key of the scope, else a new one
             c.execute(f"SELECT number, wrapped FROM {t} WHERE subject = {p} AND scope {self.same} {p} AND wrapped IS "
                       "NOT NULL ORDER BY number DESC LIMIT 1", (s, self._id(scope)))
             found = _rows(c)
             if found:
                 return int(found[0][0]), bytes(found[0][1]), None
-            c.execute(f"SELECT max(number) FROM {t} WHERE subject = {p}", (s,))
-            number = int(_rows(c)[0][0] or 0) + 1
+            number = self._next_numbers(c, 1)  # (in this transaction: ``number`` would open another)
             key = os.urandom(32)
-            if not self.sqlite:
-                # No wait for the disk (or a synchronous standby) here: the first event sealed under this key
-                # commits after it, and a commit makes the log durable up to it — this insert included. A key
-                # lost in a crash before any event used it sealed nothing. (SQLite: ``_unsynced``.)
-                c.execute("SET LOCAL synchronous_commit TO OFF")
             c.execute(f"INSERT INTO {t} (subject, number, scope, wrapped, created_at) VALUES ({p}, {p}, {p}, {p}, "
                       f"{p})", (s, number, self._id(scope), wrap(self.master, subject, number, key), _now()))
             return number, None, key
@@ -242,24 +251,23 @@ class KeyRing:
         raise SubjectKeyError(f"no key could be made for subject {subject}")
 
     def _find_or_make_pg(self, subject: UUID, scope: UUID) -> tuple[int, bytes | None, bytes | None]:
-        """``current``'s transaction on PostgreSQL in two round trips (a new chat's first command waits for it):
-        one statement reads the scope's live key and the subject's last number; when there is no live key, one
-        pipeline sends BEGIN, the insert of a new key (not waiting for the disk: ``find_or_make``'s reason) and
-        COMMIT. The insert does nothing where another process made the scope's key or took the number meanwhile:
-        then (0, None, None), and ``current`` reads again."""
+        """``current``'s transaction on PostgreSQL in two round trips: one statement reads the scope's live key;
+        when there is none, one pipeline sends BEGIN, the insert of a new key (its number from the allocator) and
+        COMMIT. No wait for the disk (or a synchronous standby) there: the first event sealed under this key commits
+        after it, and a commit makes the log durable up to it — this insert included; a key lost in a crash before
+        any event used it sealed nothing (SQLite: ``_unsynced``). The insert does nothing where another process
+        made the scope's key meanwhile: then (0, None, None), and ``current`` reads again."""
         from psycopg.rows import tuple_row
 
         t = self.table
         with self.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as c, \
                 conn.cursor(row_factory=tuple_row) as insert:
-            c.execute(f"SELECT (SELECT max(number) FROM {t} WHERE subject = %s), k.number, k.wrapped FROM (SELECT 1) "
-                      f"AS one LEFT JOIN LATERAL (SELECT number, wrapped FROM {t} WHERE subject = %s AND scope = %s "
-                      "AND wrapped IS NOT NULL ORDER BY number DESC LIMIT 1) AS k ON true", (subject, subject, scope),
-                      prepare=True)
-            last, live, wrapped = c.fetchone()  # type: ignore[misc]
-            if live is not None:
-                return int(live), bytes(wrapped), None
-            number, key = int(last or 0) + 1, os.urandom(32)
+            c.execute(f"SELECT number, wrapped FROM {t} WHERE subject = %s AND scope = %s AND wrapped IS NOT NULL "
+                      "ORDER BY number DESC LIMIT 1", (subject, scope), prepare=True)
+            found = c.fetchone()
+            if found is not None:
+                return int(found[0]), bytes(found[1]), None
+            number, key = self.number(), os.urandom(32)
             try:
                 with conn.pipeline():
                     c.execute("BEGIN")
@@ -276,6 +284,51 @@ class KeyRing:
                     conn.rollback()
                 raise
             return (number, None, key) if insert.fetchall() else (0, None, None)
+
+    #: how many numbers a process reserves at once (one round trip each)
+    BLOCK = 32
+
+    def number(self) -> int:
+        """A key number no other key of any subject has: from the ledger's allocator, reserved ``BLOCK`` at a time
+        (a reservation not used is skipped, never handed out again). Numbers start at ``FIRST_NUMBER``, above
+        those made before the allocator (each subject's count of keys)."""
+        self.ensure()
+        with self._block_lock:
+            if not self._block:
+                self._block = self._reserve(self.BLOCK)
+            return self._block.pop()
+
+    def _reserve(self, n: int) -> list[int]:
+        """``n`` new numbers, highest first. SQLite: on the connection that does not wait for the disk (a number
+        is only used by a row committed after its reservation, on the same write-ahead log, whose sync makes
+        the reservation durable too: ``_unsynced``)."""
+        if self.sqlite:
+            end = self._tx(lambda c: self._next_numbers(c, n) + n, commit=True, unsynced=True)
+            return list(range(end - 1, end - n - 1, -1))
+        rows = self._sql([(f"SELECT nextval('{self.numbers}') FROM generate_series(1, {int(n)})", ())], commit=True)
+        return sorted((int(r[0]) for r in rows), reverse=True)
+
+    def _next_numbers(self, c: Any, n: int) -> int:
+        """The first of ``n`` numbers taken from the SQLite allocator with ``c``, in its transaction."""
+        c.execute(f"UPDATE {self.numbers} SET next = next + {int(n)} RETURNING next")
+        return int(_rows(c)[0][0]) - n
+
+    def new_key(self, subject: UUID, scope: UUID) -> tuple[int, bytes, tuple[Any, ...]]:
+        """A new key of ``subject`` for a scope that has none yet, not stored: its number, its bytes and its row,
+        which ``insert_new`` writes in the transaction of the first event sealed under it (``ledger.sealer``: a
+        stream's first event, whose stream is the scope). Rolled back with that event, the key was never had."""
+        number, key = self.number(), os.urandom(32)
+        return number, key, (self._id(subject), number, self._id(scope), wrap(self.master, subject, number, key),
+                             _now())
+
+    def insert_new(self, cursor: Any, rows: list[tuple[Any, ...]]) -> None:
+        """Write ``new_key``'s rows with ``cursor``, in the caller's transaction (the events' insert). A row whose
+        scope has a live key already fails the transaction: its events were sealed under a key that would not
+        be stored."""
+        p = self.p
+        for row in rows:
+            cursor.execute(f"INSERT INTO {self.table} (subject, number, scope, wrapped, created_at) VALUES ({p}, {p}, "
+                           f"{p}, {p}, {p})", row)
 
     def get(self, subject: UUID, number: int) -> bytes | None:
         """The subject's key ``number``; None when it was destroyed (or never made)."""
@@ -392,7 +445,14 @@ class KeyRing:
         count = f"SELECT count(*) FROM {self.table}"
         before = self._sql([(count, ())])[0][0]
         if statements:
+            # and the allocator moved past the numbers restored (this process's reserved numbers given up)
+            top = f"(SELECT max(number) FROM {self.table})"
+            statements.append((f"UPDATE {self.numbers} SET next = {top} + 1 WHERE {top} >= next", ()) if self.sqlite
+                              else (f"SELECT setval('{self.numbers}', m) FROM {top} AS x(m) WHERE m >= (SELECT "
+                                    f"last_value FROM {self.numbers})", ()))
             self._sql(statements, commit=True)
+            with self._block_lock:
+                self._block = []
         return int(self._sql([(count, ())])[0][0]) - int(before)
 
 

@@ -240,7 +240,23 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder):
             [e.topic for e in stored_events], [e.state for e in stored_events],
             list(expected), list(expected.values())), prepare=True)
 
+    #: the application's ``ledger.sealer.Sealer`` when it seals: the new keys of the saved streams are written in
+    #: the events' transaction (``ledger.store`` sets it)
+    new_keys: Any = None
+
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
+        """``_insert_once``, with the new data keys of the saved streams (``ledger.sealer``) in its transaction;
+        unless it surely committed, the sealer forgets them."""
+        new = self.new_keys.take_new_keys(stored_events) if self.new_keys is not None else []
+        try:
+            ids = self._insert_once(stored_events, new, **kwargs)
+        except BaseException:
+            if new:
+                self.new_keys.settle_new_keys(new, False)
+            raise
+        return ids
+
+    def _insert_once(self, stored_events: Sequence[StoredEvent], new_keys: list[Any], **kwargs: Any) -> Sequence[int] | None:
         """One attempt, never retried here: bound the save's statements, lock the table, insert (checking the
         expected versions), then COMMIT. Two round trips for a save of at most ``PIPELINE_BYTES``: everything
         before COMMIT goes as one pipeline, and COMMIT alone after its answers, so that a connection failing
@@ -279,6 +295,8 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder):
                             self._insert_events(curs, stored_events, **kwargs)  # (a process recorder's tracking)
                             if stored_events:
                                 self._insert_stored_events(insert, stored_events, **kwargs)
+                            if new_keys:
+                                self.new_keys.keys.insert_new(curs, [k.row for k in new_keys])
                         notification_ids = ([r["notification_id"] for r in insert.fetchall()]
                                             if stored_events else [])
                         if len(notification_ids) < len(stored_events) or (expected and not stored_events):

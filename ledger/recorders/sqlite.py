@@ -13,6 +13,7 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteFactory, SQLit
 from ledger.chain import COLUMN, link
 from ledger.recorders import EXPECTED_VERSIONS, DependencyChanged, LogKeepingFactory, stale_versions
 
+_NEW_KEYS = "new_keys"  # (``insert_events`` to ``_insert_events``: the keys to write in the transaction)
 #: the SQL function the insert statement computes each event's chain hash with (registered per connection)
 LINK_FUNCTION = "ledger_chain_link"
 
@@ -58,7 +59,25 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder):
         with self.datastore.transaction(commit=False) as c:
             return self._has_column(c)
 
+    #: the application's ``ledger.sealer.Sealer`` when it seals: the new keys of the saved streams are written in
+    #: the events' transaction (``ledger.store`` sets it)
+    new_keys: Any = None
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
+        """The library's insert, with the new data keys of the saved streams (``ledger.sealer``) in its
+        transaction; if it fails, the sealer forgets them."""
+        new = self.new_keys.take_new_keys(stored_events) if self.new_keys is not None else []
+        try:
+            return super().insert_events(stored_events, **({**kwargs, _NEW_KEYS: new} if new else kwargs))
+        except BaseException:
+            if new:
+                self.new_keys.settle_new_keys(new, False)
+            raise
+
     def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
+        new_keys = kwargs.pop(_NEW_KEYS, None)
+        if new_keys:
+            self.new_keys.keys.insert_new(c, [k.row for k in new_keys])
         if self.chain_column is None:
             self.chain_column = self.probe_chain_column()
         if self.chain_column:

@@ -64,7 +64,7 @@ def test_a_sealed_ledger_stores_no_personal_value_and_erasing_one_subject_keeps_
     app = open_app(db_url)
     try:
         ring = KeyRing(app, app.master_key)
-        assert [k.number for k in ring.destroy(ring.keys_of(uuid.UUID(BOB)))] == [1]
+        assert len(ring.destroy(ring.keys_of(uuid.UUID(BOB)))) == 1  # (his key in the chat he wrote in)
     finally:
         app.close()
     app = open_app(db_url)  # (a process that never held BOB's key)

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from ledger.store import open_app
-from ledger.subjectkeys import KeyRing, SubjectKeyError, master_key, new_master_key
+from ledger.subjectkeys import FIRST_NUMBER, KeyRing, SubjectKeyError, master_key, new_master_key
+from tests.conftest import drop_schema
 
 MASTER = base64.b64decode(new_master_key())
 CHAT = uuid.uuid4()  # (the scope of a key: the chat whose content it seals)
@@ -23,19 +24,20 @@ def test_a_subjects_key_is_made_once_kept_wrapped_and_destroyed(db_url) -> None:
     try:
         alice, bob = uuid.uuid4(), uuid.uuid4()
         ring = KeyRing(a, MASTER)
-        number, key = ring.current(alice, CHAT)
-        assert number == 1 and len(key) == 32 and ring.current(alice, CHAT) == (1, key)
-        assert KeyRing(b, MASTER).current(alice, CHAT) == (1, key) and KeyRing(b, MASTER).get(alice, 1) == key
-        bobs = ring.current(bob, CHAT)[1]
+        n, key = ring.current(alice, CHAT)
+        assert n >= FIRST_NUMBER and len(key) == 32 and ring.current(alice, CHAT) == (n, key)
+        assert KeyRing(b, MASTER).current(alice, CHAT) == (n, key) and KeyRing(b, MASTER).get(alice, n) == key
+        bn, bobs = ring.current(bob, CHAT)
+        assert bn != n  # (numbers are the ledger's: no two keys share one)
         with pytest.raises(SubjectKeyError):
-            KeyRing(b, base64.b64decode(new_master_key())).get(alice, 1)  # another master key
+            KeyRing(b, base64.b64decode(new_master_key())).get(alice, n)  # another master key
         epoch = ring.epoch()
-        assert [k.number for k in ring.destroy(ring.keys_of(alice))] == [1]
+        assert [k.number for k in ring.destroy(ring.keys_of(alice))] == [n]
         assert ring.destroy(ring.keys_of(alice)) == [] and ring.epoch() != epoch
-        assert ring.get(alice, 1) is None and KeyRing(b, MASTER).get(alice, 1) is None
-        assert ring.get(bob, 1) == bobs  # nobody else's
+        assert ring.get(alice, n) is None and KeyRing(b, MASTER).get(alice, n) is None
+        assert ring.get(bob, bn) == bobs  # nobody else's
         again = ring.current(alice, CHAT)  # writing again: a new key, never the old one
-        assert again[0] == 2 and again[1] != key and ring.get(alice, 1) is None
+        assert again[0] not in (n, bn) and again[1] != key and ring.get(alice, n) is None
     finally:
         a.close()
         b.close()
@@ -50,17 +52,41 @@ def test_keys_have_scopes_and_a_restore_never_revives_a_destroyed_key(db_url) ->
         alice, bob, chat1, chat2 = (uuid.uuid4() for _ in range(4))
         ring = KeyRing(a, MASTER)
         k11, k12, b1 = ring.current(alice, chat1), ring.current(alice, chat2), ring.current(bob, chat1)
-        assert (k11[0], k12[0], b1[0]) == (1, 2, 1) and ring.current(alice, chat1) == k11
+        assert len({k11[0], k12[0], b1[0]}) == 3 and ring.current(alice, chat1) == k11
         assert ring.live_scopes() == {chat1, chat2}
         before = ring.rows()
         gone = ring.destroy(ring.keys_in([chat1]))  # chat1's content, every subject's
-        assert sorted((k.subject, k.number, k.scope) for k in gone) == sorted([(alice, 1, chat1), (bob, 1, chat1)])
-        assert ring.get(alice, 1) is None and ring.get(bob, 1) is None and ring.get(alice, 2) == k12[1]
+        assert sorted((k.subject, k.number, k.scope) for k in gone) == sorted([(alice, k11[0], chat1),
+                                                                               (bob, b1[0], chat1)])
+        assert ring.get(alice, k11[0]) is None and ring.get(bob, b1[0]) is None and ring.get(alice, k12[0]) == k12[1]
         assert ring.live_scopes() == {chat2} and ring.keys_in([chat1], live=False) == sorted(gone)
-        assert ring.current(alice, chat1)[0] == 3  # new content there: a new key
-        assert ring.restore(before) == 0 and ring.get(alice, 1) is None  # the older rows revive nothing
+        assert ring.current(alice, chat1)[0] not in (k11[0], k12[0], b1[0])  # new content there: a new key
+        assert ring.restore(before) == 0 and ring.get(alice, k11[0]) is None  # the older rows revive nothing
     finally:
         a.close()
+
+
+def test_a_restore_moves_the_allocator_past_the_numbers_it_brings(db_url, tmp_path) -> None:
+    """Keys restored from another ledger (an import) keep their numbers; the numbers handed out after are
+    above them, so no later key of the same person takes a number that person's restored key has."""
+    other_url = (f"sqlite:///{tmp_path / 'other.db'}" if db_url.startswith("sqlite")
+                 else db_url.replace("schema=t_", "schema=t_o"))
+    a, other = open_app(db_url), open_app(other_url)
+    try:
+        alice = uuid.uuid4()
+        theirs = KeyRing(other, MASTER)
+        for _ in range(3 * KeyRing.BLOCK):  # (their allocator runs ahead of this one)
+            theirs.number()
+        brought = theirs.current(alice, uuid.uuid4())
+        ring = KeyRing(a, MASTER)
+        ring.current(uuid.uuid4(), CHAT)  # (this process holds a block of numbers below the restored one)
+        assert ring.restore(theirs.rows()) == 1 and ring.get(alice, brought[0]) == brought[1]
+        assert all(ring.current(alice, uuid.uuid4())[0] > brought[0] for _ in range(3))
+    finally:
+        a.close()
+        other.close()
+        if not other_url.startswith("sqlite"):
+            drop_schema(other_url)
 
 
 def test_many_asking_at_once_get_one_key(db_url) -> None:
