@@ -116,8 +116,8 @@ class Sealer:
         self._checked = 0.0
         #: called (no arguments) when keys were destroyed: whatever else holds decrypted content drops it
         self.on_erasure: list[Callable[[], None]] = []
-        #: keys made for a new stream's first event, not stored yet: stream -> [(subject, number, key, row)], taken
-        #: by the recorder into that event's transaction (``take_new_keys``, ``settle_new_keys``)
+        #: keys made for a new stream's first event, not stored yet, by stream (the keys' scope), taken by the
+        #: recorder into that event's transaction (``take_new_keys``, ``settle_new_keys``)
         self._new: dict[UUID, list[NewKey]] = {}
         #: scopes whose first save with a new key failed: their keys are made (or found) on their own since
         self._slow: set[UUID] = set()
