@@ -124,13 +124,14 @@ class KeyRing:
 
     # -- SQL, on the ledger's datastore (or the in-memory database) ----------------------------------------------
 
-    def _sql(self, statements: list[tuple[str, tuple[Any, ...]]], commit: bool = False) -> list[tuple[Any, ...]]:
-        """Run the statements in one transaction; the rows of the last one, as tuples."""
+    def _sql(self, statements: list[tuple[str, tuple[Any, ...]]], commit: bool = False,
+             unsynced: bool = False) -> list[tuple[Any, ...]]:
+        """Run the statements in one transaction; the rows of the last one, as tuples (``unsynced``: ``_tx``'s)."""
         def run(c: Any) -> list[tuple[Any, ...]]:
             for sql, params in statements:
                 c.execute(sql, params)
             return _rows(c) if statements[-1][0].startswith(("SELECT", "PRAGMA table_info")) else []
-        return self._tx(run, commit)
+        return self._tx(run, commit, unsynced)
 
     def _tx(self, work: Callable[[Any], T], commit: bool = False, unsynced: bool = False) -> T:
         """``work(cursor)`` in one transaction (of the ledger's datastore, or the in-memory database). ``unsynced``:
@@ -188,7 +189,11 @@ class KeyRing:
                 if self._memory is None and table_exists(self.datastore) and not self._has_scope():
                     # a table made before keys had scopes (the first build of issue 28)
                     self._sql([(f"ALTER TABLE {t} ADD COLUMN scope {uuid}", ())], commit=True)
-                self._sql([(statement, ()) for statement in ddl], commit=True)
+                # SQLite: in a transaction that takes the write lock first (BEGIN IMMEDIATE, waiting its turn), as
+                # ``_tx`` does on its own connection: the statements read the schema, then the allocator's first row
+                # is a write, and a transaction that read first cannot become a writer once another process wrote
+                # ("database is locked" at once, whatever the timeout). Durable as the keys are (``_unsynced``).
+                self._sql([(statement, ()) for statement in ddl], commit=True, unsynced=True)
                 break
             except PersistenceError:  # PostgreSQL: another process made one of them at the same moment
                 if attempt == 4:
