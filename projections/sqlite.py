@@ -167,9 +167,15 @@ class SqliteBackend(SqlBackend):
 
     @staticmethod
     def _holder_alive(row: tuple[Any, ...], now: str) -> bool:
-        owner, _, pid, _, machine, process, _, expires_at = row[:8]
+        owner, expires_at = row[0], row[7]
         if owner is None or expires_at is None or expires_at <= now:
             return False
+        return SqliteBackend._process_alive(row)
+
+    @staticmethod
+    def _process_alive(row: tuple[Any, ...]) -> bool:
+        """Whether the lease row's holder process lives (one on another machine is taken to)."""
+        _, _, pid, _, machine, process = row[:6]
         return machine != leases.MACHINE or leases.process_alive(pid, process)
 
     @staticmethod
@@ -242,7 +248,7 @@ class SqliteBackend(SqlBackend):
         # its row names the holder's token (nobody took it over) and the holder's process lives, and each write
         # moves its expiry on (the holder itself writes nothing while its workers build, however long that takes)
         row = self._lease_row(cur, name, build)
-        if row is None or row[0] != token or not (row[4] != leases.MACHINE or leases.process_alive(row[2], row[5])):
+        if row is None or row[0] != token or not self._process_alive(row):
             raise BuildBusy(f"projection {name} v{build}: the rebuild this worker writes for no longer holds "
                             "the build's lease; nothing written")
         cur.execute("UPDATE projection_leases SET expires_at = ? WHERE projection = ? AND build = ? AND owner = ?",
