@@ -117,13 +117,11 @@ class Sealer:
         #: called (no arguments) when keys were destroyed: whatever else holds decrypted content drops it
         self.on_erasure: list[Callable[[], None]] = []
         #: keys made for a new stream's first event, not stored yet, by stream (the keys' scope), taken by the
-        #: recorder into that event's transaction (``take_new_keys``, ``settle_new_keys``)
+        #: recorder into that event's transaction (``take_new_keys``, ``forget_new_keys``)
         self._new: dict[UUID, list[NewKey]] = {}
         #: scopes whose first save with a new key failed: their keys are made (or found) on their own since
         self._slow: set[UUID] = set()
         self._saving = threading.local()
-        #: whether the application's recorder writes new keys in its events' transaction (``ledger.store``)
-        self.keys_with_events = False
 
     # -- keys ----------------------------------------------------------------------------------------------------
 
@@ -161,7 +159,8 @@ class Sealer:
         self.refresh()
         found = self._current.get((subject, scope))
         if found is None:
-            if first and self.keys_with_events and getattr(self._saving, "on", False) and scope not in self._slow:
+            if (first and getattr(self._saving, "on", False) and scope not in self._slow
+                    and getattr(self.app.recorder, "new_keys", None) is self):  # (``ledger.recorders.KeysWithEvents``)
                 number, key, row = self.keys.new_key(subject, scope)
                 with self._lock:
                     self._new.setdefault(scope, []).append(NewKey(subject, scope, number, key, row))
@@ -190,12 +189,10 @@ class Sealer:
         with self._lock:
             return [k for oid in {e.originator_id for e in stored} for k in self._new.pop(oid, ())]
 
-    def settle_new_keys(self, taken: list[NewKey], saved: bool) -> None:
-        """After the transaction that wrote ``taken``: unless it surely committed (``saved``), the keys are
-        forgotten — rolled back, or in doubt — and their scopes' keys are looked up (or made) on their own from
-        now on, so a retry finds one stored meanwhile."""
-        if saved or not taken:
-            return
+    def forget_new_keys(self, taken: list[NewKey]) -> None:
+        """After a transaction that wrote ``taken`` and did not surely commit (rolled back, or in doubt): the keys
+        are forgotten, and their scopes' keys are looked up (or made) on their own from now on, so a retry finds
+        one stored meanwhile."""
         with self._lock:
             for new in taken:
                 self._current.pop((new.subject, new.scope), None)

@@ -18,7 +18,6 @@ for writers) makes the PostgreSQL schema and the event tables when they are miss
 from __future__ import annotations
 
 import contextlib
-
 import logging
 import os
 import sqlite3
@@ -51,7 +50,7 @@ from ledger.database import (  # noqa: F401  (re-exported: callers import them f
     sqlite_timeout,
 )
 from ledger.errors import LedgerError
-from ledger.recorders import CONNECT_TIMEOUT, FACTORY_TOPICS
+from ledger.recorders import CONNECT_TIMEOUT, FACTORY_TOPICS, KeysWithEvents
 from ledger.snapshots import INTERVALS, LedgerRepository, take_snapshots
 
 
@@ -92,9 +91,8 @@ class ChatLedgerApp(Application[UUID]):
             from ledger.sealer import Sealer
 
             self.mapper.sealer = Sealer(self, self.master_key)  # type: ignore[attr-defined]
-            if hasattr(self.recorder, "new_keys"):  # (the ledger's recorders: a new chat's key with its events)
+            if isinstance(self.recorder, KeysWithEvents):  # (the ledger's recorders: a new chat's key with its events)
                 self.recorder.new_keys = self.mapper.sealer  # type: ignore[attr-defined]
-                self.mapper.sealer.keys_with_events = True  # type: ignore[attr-defined]
             # a cached aggregate may hold content whose key was destroyed since: drop them all (erasures are rare)
             self.mapper.sealer.on_erasure.append(self._drop_cache)  # type: ignore[attr-defined]
         else:

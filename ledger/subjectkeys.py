@@ -101,7 +101,8 @@ class KeyRing:
         self.sqlite = self.datastore is None or isinstance(self.datastore, SQLiteDatastore)
         self.table = "subject_keys" if self.sqlite else f'"{getattr(self.datastore, "schema", "")}".subject_keys'
         #: the numbers' allocator: a one-row table (SQLite), a sequence (PostgreSQL)
-        self.numbers = "subject_key_numbers" if self.sqlite else f'"{getattr(self.datastore, "schema", "")}".subject_key_numbers'
+        self.numbers = ("subject_key_numbers" if self.sqlite
+                        else f'"{getattr(self.datastore, "schema", "")}".subject_key_numbers')
         self._block: list[int] = []  # numbers reserved by this process, not handed out yet (``number``)
         self._block_lock = threading.Lock()  # (not ``_lock``: the reservation's transaction may take that one)
         self.p = "?" if self.sqlite else "%s"
@@ -181,9 +182,10 @@ class KeyRing:
                f"CREATE INDEX IF NOT EXISTS subject_keys_destroyed ON {t} (destroyed_at)",
                # one live key per subject and scope, however many processes make one at once
                f"CREATE UNIQUE INDEX IF NOT EXISTS subject_keys_live ON {t} (subject, scope) WHERE wrapped IS NOT NULL"]
-        ddl += ([f"CREATE TABLE IF NOT EXISTS {self.numbers} (next integer NOT NULL)",
-                 f"INSERT INTO {self.numbers} (next) SELECT {FIRST_NUMBER} WHERE NOT EXISTS (SELECT 1 FROM {self.numbers})"]
-                if self.sqlite else [f"CREATE SEQUENCE IF NOT EXISTS {self.numbers} AS integer START WITH {FIRST_NUMBER}"])
+        n = self.numbers
+        ddl += ([f"CREATE TABLE IF NOT EXISTS {n} (next integer NOT NULL)",
+                 f"INSERT INTO {n} (next) SELECT {FIRST_NUMBER} WHERE NOT EXISTS (SELECT 1 FROM {n})"]
+                if self.sqlite else [f"CREATE SEQUENCE IF NOT EXISTS {n} AS integer START WITH {FIRST_NUMBER}"])
         for attempt in range(5):
             try:
                 if self._memory is None and table_exists(self.datastore) and not self._has_scope():

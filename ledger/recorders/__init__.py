@@ -20,7 +20,7 @@ This module holds what the unit of work needs (importing neither database driver
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 from uuid import UUID
 
 from eventsourcing.persistence import (
@@ -58,6 +58,28 @@ FACTORY_TOPICS = {
     "eventsourcing.postgres": "ledger.libpq:LibpqPostgresFactory",
     "eventsourcing.sqlite": "ledger.recorders.sqlite:SQLiteLedgerFactory",
 }
+
+
+T = TypeVar("T")
+
+
+class KeysWithEvents:
+    """A recorder that writes the new data keys of the streams it saves in their transaction (``ledger.sealer``:
+    a new chat's key goes with the chat's first event)."""
+
+    #: the application's ``ledger.sealer.Sealer`` when it seals (``ledger.store`` sets it)
+    new_keys: Any = None
+
+    def _with_new_keys(self, stored_events: Sequence[Any], insert: Callable[[list[Any]], T]) -> T:
+        """``insert(new keys)``: the insert of ``stored_events`` writing those keys in its transaction; unless it
+        returned (committed), the sealer forgets them — rolled back, or in doubt."""
+        new = self.new_keys.take_new_keys(stored_events) if self.new_keys is not None else []
+        try:
+            return insert(new)
+        except BaseException:
+            if new:
+                self.new_keys.forget_new_keys(new)
+            raise
 
 
 class LogKeepingFactory:

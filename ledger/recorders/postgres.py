@@ -20,7 +20,7 @@ from psycopg.sql import SQL, Identifier
 from ledger.chain import COLUMN
 from ledger.recorders import (
     EXPECTED_VERSIONS, READ_BACK_LOCK_TIMEOUT, READ_RETRY_SECONDS, ConnectionLost, DependencyChanged,
-    ReplicationUnconfirmed, SaveInDoubt, StatementTimedOut, commit_timeout,
+    KeysWithEvents, ReplicationUnconfirmed, SaveInDoubt, StatementTimedOut, commit_timeout,
     stale_versions,
 )
 
@@ -131,7 +131,7 @@ def _piece(e: str) -> str:
             f"convert_to({e}.topic, 'UTF8') || {e}.state")
 
 
-class PostgresLedgerRecorder(PostgresApplicationRecorder):
+class PostgresLedgerRecorder(KeysWithEvents, PostgresApplicationRecorder):
     """The library's application recorder with one insert attempt (``insert_events``), the expected
     versions checked at commit, bounded read retries, and the hash chain: ``chain_hash`` is computed by
     the insert statement itself — a recursive query linking each inserted event to the previous version's
@@ -240,23 +240,12 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder):
             [e.topic for e in stored_events], [e.state for e in stored_events],
             list(expected), list(expected.values())), prepare=True)
 
-    #: the application's ``ledger.sealer.Sealer`` when it seals: the new keys of the saved streams are written in
-    #: the events' transaction (``ledger.store`` sets it)
-    new_keys: Any = None
-
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
-        """``_insert_once``, with the new data keys of the saved streams (``ledger.sealer``) in its transaction;
-        unless it surely committed, the sealer forgets them."""
-        new = self.new_keys.take_new_keys(stored_events) if self.new_keys is not None else []
-        try:
-            ids = self._insert_once(stored_events, new, **kwargs)
-        except BaseException:
-            if new:
-                self.new_keys.settle_new_keys(new, False)
-            raise
-        return ids
+        """``_insert_once``, with the new data keys of the saved streams in its transaction (``KeysWithEvents``)."""
+        return self._with_new_keys(stored_events, lambda new: self._insert_once(stored_events, new, **kwargs))
 
-    def _insert_once(self, stored_events: Sequence[StoredEvent], new_keys: list[Any], **kwargs: Any) -> Sequence[int] | None:
+    def _insert_once(self, stored_events: Sequence[StoredEvent], new_keys: list[Any],
+                     **kwargs: Any) -> Sequence[int] | None:
         """One attempt, never retried here: bound the save's statements, lock the table, insert (checking the
         expected versions), then COMMIT. Two round trips for a save of at most ``PIPELINE_BYTES``: everything
         before COMMIT goes as one pipeline, and COMMIT alone after its answers, so that a connection failing

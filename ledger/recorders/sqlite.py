@@ -11,14 +11,14 @@ from eventsourcing.persistence import StoredEvent
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteFactory, SQLiteProcessRecorder
 
 from ledger.chain import COLUMN, link
-from ledger.recorders import EXPECTED_VERSIONS, DependencyChanged, LogKeepingFactory, stale_versions
+from ledger.recorders import EXPECTED_VERSIONS, DependencyChanged, KeysWithEvents, LogKeepingFactory, stale_versions
 
 _NEW_KEYS = "new_keys"  # (``insert_events`` to ``_insert_events``: the keys to write in the transaction)
 #: the SQL function the insert statement computes each event's chain hash with (registered per connection)
 LINK_FUNCTION = "ledger_chain_link"
 
 
-class SQLiteLedgerRecorder(SQLiteApplicationRecorder):
+class SQLiteLedgerRecorder(KeysWithEvents, SQLiteApplicationRecorder):
     """The expected versions are read after the inserts, in their transaction: the first insert took the
     database's write lock, so no other writer commits between the check and this transaction's commit.
 
@@ -59,20 +59,11 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder):
         with self.datastore.transaction(commit=False) as c:
             return self._has_column(c)
 
-    #: the application's ``ledger.sealer.Sealer`` when it seals: the new keys of the saved streams are written in
-    #: the events' transaction (``ledger.store`` sets it)
-    new_keys: Any = None
-
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
-        """The library's insert, with the new data keys of the saved streams (``ledger.sealer``) in its
-        transaction; if it fails, the sealer forgets them."""
-        new = self.new_keys.take_new_keys(stored_events) if self.new_keys is not None else []
-        try:
-            return super().insert_events(stored_events, **({**kwargs, _NEW_KEYS: new} if new else kwargs))
-        except BaseException:
-            if new:
-                self.new_keys.settle_new_keys(new, False)
-            raise
+        """The library's insert, with the new data keys of the saved streams in its transaction
+        (``KeysWithEvents``; ``_insert_events`` writes them)."""
+        return self._with_new_keys(stored_events, lambda new: super(SQLiteLedgerRecorder, self).insert_events(
+            stored_events, **({**kwargs, _NEW_KEYS: new} if new else kwargs)))
 
     def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
         new_keys = kwargs.pop(_NEW_KEYS, None)
