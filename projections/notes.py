@@ -66,7 +66,7 @@ def _sqlite(recorder: Any, datastore: Any, after: int, stop: int, limit: int,
 
 def _postgres(recorder: Any, datastore: Any, after: int, stop: int, limit: int,
               topics: Sequence[str] | None) -> list[Note]:
-    from psycopg.rows import tuple_row
+    from ledger.recorders.postgres import binary_rows
 
     sql = (f"SELECT notification_id, originator_id, originator_version, topic, state FROM "
            f'"{datastore.schema}"."{recorder.events_table_name}" WHERE notification_id > %s AND notification_id <= %s')
@@ -74,8 +74,6 @@ def _postgres(recorder: Any, datastore: Any, after: int, stop: int, limit: int,
     if topics:
         sql += " AND topic = ANY(%s)"
         params.append(list(topics))
-    with datastore.get_connection() as conn, conn.transaction(), conn.cursor(row_factory=tuple_row, binary=True) as cur:  # (binary: a payload as its bytes, not hex)
-        cur.execute(sql + " ORDER BY notification_id LIMIT %s", (*params, limit))
-        rows = cur.fetchall()
+    rows = binary_rows(datastore, sql + " ORDER BY notification_id LIMIT %s", (*params, limit))
     return [Note(nid, oid, version, topic, state if state.__class__ is bytes else bytes(state))
             for nid, oid, version, topic, state in rows]

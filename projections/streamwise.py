@@ -141,18 +141,14 @@ def read_streams(app: Any, upto: dict[UUID, int], chunk: int = 500) -> Iterator[
 
 
 def _fetch(datastore: Any, sqlite: bool, sql: str, params: Any) -> list[Any]:
-    """The rows of one query, in one read transaction (PostgreSQL: in the binary format, a payload as its bytes
-    where the text format sends hex)."""
+    """The rows of one query, in one read transaction (PostgreSQL: ``binary_rows``)."""
     if sqlite:
         with datastore.transaction(commit=False) as cur:
             cur.execute(sql, params)
             return cur.fetchall()  # type: ignore[no-any-return]
-    from psycopg.rows import tuple_row
+    from ledger.recorders.postgres import binary_rows
 
-    with datastore.get_connection() as conn, conn.transaction(), \
-            conn.cursor(row_factory=tuple_row, binary=True) as cur:
-        cur.execute(sql, params)
-        return cur.fetchall()
+    return binary_rows(datastore, sql, params)
 
 
 def _stored(rows: Any, to_uuid: Callable[[Any], UUID]) -> Iterator[tuple[int, _Stored]]:
