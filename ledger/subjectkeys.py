@@ -107,6 +107,9 @@ class KeyRing:
         self._block_lock = threading.Lock()  # (not ``_lock``: the reservation's transaction may take that one)
         self.p = "?" if self.sqlite else "%s"
         self.same = "IS" if self.sqlite else "IS NOT DISTINCT FROM"  # (null-safe equality)
+        #: a new key's row (``_new_row``'s values)
+        self.insert_sql = (f"INSERT INTO {self.table} (subject, number, scope, wrapped, created_at) VALUES "
+                           f"({', '.join([self.p] * 5)})")
         self.master = master
         self._lock = threading.Lock()
         self._memory: Any = None
@@ -241,14 +244,12 @@ class KeyRing:
                 return int(found[0][0]), bytes(found[0][1]), None
             number = self._next_numbers(c, 1)  # (in this transaction: ``number`` would open another)
             key = os.urandom(32)
-            c.execute(f"INSERT INTO {t} (subject, number, scope, wrapped, created_at) VALUES ({p}, {p}, {p}, {p}, "
-                      f"{p})", (s, number, self._id(scope), wrap(self.master, subject, number, key), _now()))
+            c.execute(self.insert_sql, self._new_row(subject, number, scope, key))
             return number, None, key
 
-        postgres = not self.sqlite and self._memory is None
         for _ in range(10):
             try:
-                number, wrapped, key = (self._find_or_make_pg(subject, scope) if postgres else
+                number, wrapped, key = (self._find_or_make_pg(subject, scope) if not self.sqlite else
                                         self._tx(find_or_make, commit=True, unsynced=True))
             except (IntegrityError, sqlite3_integrity_error()):
                 continue  # another process (or thread) made it first: read theirs
@@ -279,10 +280,8 @@ class KeyRing:
                 with conn.pipeline():
                     c.execute("BEGIN")
                     c.execute("SET LOCAL synchronous_commit TO OFF")
-                    insert.execute(f"INSERT INTO {t} (subject, number, scope, wrapped, created_at) VALUES (%s, %s, %s, "
-                                   "%s, %s) ON CONFLICT DO NOTHING RETURNING number",
-                                   (subject, number, scope, wrap(self.master, subject, number, key), _now()),
-                                   prepare=True)
+                    insert.execute(self.insert_sql + " ON CONFLICT DO NOTHING RETURNING number",
+                                   self._new_row(subject, number, scope, key), prepare=True)
                     c.execute("COMMIT")
             except BaseException:
                 import psycopg
@@ -325,17 +324,18 @@ class KeyRing:
         which ``insert_new`` writes in the transaction of the first event sealed under it (``ledger.sealer``: a
         stream's first event, whose stream is the scope). Rolled back with that event, the key was never had."""
         number, key = self.number(), os.urandom(32)
-        return number, key, (self._id(subject), number, self._id(scope), wrap(self.master, subject, number, key),
-                             _now())
+        return number, key, self._new_row(subject, number, scope, key)
+
+    def _new_row(self, subject: UUID, number: int, scope: UUID, key: bytes) -> tuple[Any, ...]:
+        """The values of ``insert_sql`` for a new key: the key wrapped under the master key."""
+        return self._id(subject), number, self._id(scope), wrap(self.master, subject, number, key), _now()
 
     def insert_new(self, cursor: Any, rows: list[tuple[Any, ...]]) -> None:
         """Write ``new_key``'s rows with ``cursor``, in the caller's transaction (the events' insert). A row whose
         scope has a live key already fails the transaction: its events were sealed under a key that would not
         be stored."""
-        p = self.p
         for row in rows:
-            cursor.execute(f"INSERT INTO {self.table} (subject, number, scope, wrapped, created_at) VALUES ({p}, {p}, "
-                           f"{p}, {p}, {p})", row)
+            cursor.execute(self.insert_sql, row)
 
     def get(self, subject: UUID, number: int) -> bytes | None:
         """The subject's key ``number``; None when it was destroyed (or never made)."""
