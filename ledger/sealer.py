@@ -11,6 +11,7 @@ without a master key) is stored as before.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from collections import OrderedDict
@@ -21,11 +22,21 @@ import msgspec
 from cryptography.exceptions import InvalidTag
 
 from ledger.privacy import event_text_kinds, personal_declarations
-from ledger.sealing import (ERASED, Envelope, Place, SealError, aead, associated, key_context, seal, seal_whole,
-                             targets, unseal)
+from ledger.sealing import (ERASED, Envelope, Place, SealError, aead, associated, forget_ciphers, key_context, seal,
+                             seal_whole, targets_in, trie, unseal)
 from ledger.subjectkeys import KeyRing
 
 SEALED_KEY = "sealed"
+
+
+@functools.cache
+def _starts() -> tuple[type, type, type]:
+    """The first events that say whose a stream is (imported on first use: their modules import the codec's)."""
+    from ledger.chat.events import ChatCreated
+    from ledger.conversation.events import ConversationStarted
+    from ledger.toolcalls.events import ToolCallExecutionOpened
+
+    return ChatCreated, ToolCallExecutionOpened, ConversationStarted
 _MSGPACK_KEY = b"\xa6sealed"  # (msgpack's fixstr of the key, right after the map's header)
 
 
@@ -36,7 +47,7 @@ def is_sealed(data: bytes) -> bool:
     return data[1:8] == _MSGPACK_KEY or (data[:1] == b"\xde" and data[3:10] == _MSGPACK_KEY)
 
 
-class StoredEnvelope(msgspec.Struct, array_like=True):
+class StoredEnvelope(msgspec.Struct, array_like=True, gc=False):
     """An envelope as stored, for the read path of a payload sealed whole: the subject as its stored text (a key
     of the keys kept in memory, not parsed per event) and the places as their stored bytes (what the box's
     associated data covers: ``ledger.sealing.associated``), never decoded."""
@@ -49,7 +60,7 @@ class StoredEnvelope(msgspec.Struct, array_like=True):
     whole: bool = False
 
 
-class SealedHeader(msgspec.Struct):
+class SealedHeader(msgspec.Struct, gc=False):
     """Only the envelopes of a sealed payload (the rest is skipped by the decoder)."""
 
     sealed: list[StoredEnvelope]
@@ -77,7 +88,12 @@ def first_fields(recorder: Any, stream_id: UUID) -> tuple[str, dict[str, Any]] |
 
 def event_identity(stream_id: UUID, version: int, topic: str) -> bytes:
     """What each box of an event is bound to."""
-    return stream_id.bytes + version.to_bytes(8, "big", signed=True) + topic.encode()
+    return stream_id.bytes + version.to_bytes(8, "big", signed=True) + _topic_bytes(topic)
+
+
+@functools.lru_cache(maxsize=1024)
+def _topic_bytes(topic: str) -> bytes:
+    return topic.encode()
 
 
 class NewKey(NamedTuple):
@@ -102,6 +118,7 @@ class Sealer:
         self.keys = KeyRing(app, master)
         self.declared = personal_declarations()
         self._kinds_of: dict[type, dict[str, str]] = {}  # event class -> its text paths' kinds
+        self._plans: dict[type, Any] = {}  # event class -> its sealing (``_plan``)
         self._whose: OrderedDict[UUID, tuple[UUID | None, UUID]] = OrderedDict()  # stream -> (owner, scope)
         self._owners_max = owners_cache
         self._lock = threading.Lock()
@@ -143,6 +160,7 @@ class Sealer:
             self._keys.clear()
             self._current.clear()
             self._openers = {}
+            forget_ciphers()
             for waiting in self._new.values():  # (not stored yet, so not destroyed: kept for their saves)
                 for new in waiting:
                     self._current[new.subject, new.scope] = (new.number, new.key)
@@ -215,19 +233,15 @@ class Sealer:
     def whose(self, stream_id: UUID, event: Any = None) -> tuple[UUID | None, UUID]:
         """The stream's owner (``owner_of``) and the scope of its keys: the chat (for a tool-call execution, its
         chat's), the conversation, else the stream itself."""
-        from ledger.chat.events import ChatCreated
-        from ledger.conversation.events import ConversationStarted
-        from ledger.toolcalls.events import ToolCallExecutionOpened
-
-        with self._lock:
-            if stream_id in self._whose:
-                return self._whose[stream_id]
-        found: tuple[UUID | None, UUID]
-        if isinstance(event, ChatCreated):
+        found = self._whose.get(stream_id)  # (a read without the lock: the lock keeps inserts and evictions whole)
+        if found is not None:
+            return found
+        chat_created, execution_opened, conversation_started = _starts()
+        if isinstance(event, chat_created):
             found = (event.owner_id, stream_id)
-        elif isinstance(event, ToolCallExecutionOpened):
+        elif isinstance(event, execution_opened):
             found = (self.owner_of(event.chat_id), event.chat_id)
-        elif isinstance(event, ConversationStarted):
+        elif isinstance(event, conversation_started):
             found = (event.actor, stream_id)
         else:
             found = self._from_first_event(stream_id)
@@ -239,59 +253,69 @@ class Sealer:
 
     def _from_first_event(self, stream_id: UUID) -> tuple[UUID | None, UUID]:
         """From the stream's first stored event, its fields as stored (ids are never sealed)."""
-        from ledger.chat.events import ChatCreated
-        from ledger.conversation.events import ConversationStarted
-        from ledger.toolcalls.events import ToolCallExecutionOpened
-
+        chat_created, execution_opened, conversation_started = _starts()
         first = first_fields(self.app.recorder, stream_id)
         if first is None:
             return None, stream_id
         topic, raw = first
-        if topic == ChatCreated.TOPIC:
+        if topic == chat_created.TOPIC:
             return UUID(str(raw["owner_id"])), stream_id
-        if topic == ToolCallExecutionOpened.TOPIC:
+        if topic == execution_opened.TOPIC:
             chat = UUID(str(raw["chat_id"]))
             return self.owner_of(chat), chat
-        if topic == ConversationStarted.TOPIC and raw.get("actor"):
+        if topic == conversation_started.TOPIC and raw.get("actor"):
             return UUID(str(raw["actor"])), stream_id
         return None, stream_id
 
     # -- the codec's two steps --------------------------------------------------------------------------------
 
     def seal(self, event: Any, state: dict[str, Any], topic: str, plain: Callable[[], bytes]) -> dict[str, Any] | None:
-        """The payload to store for ``event`` (its fields as plain data, ``sealed`` first), or None when it has
-        no personal value to seal (it is stored as before). ``plain()``: its bytes as stored unsealed (an event
-        whose personal values are all one subject's keeps them whole in its one box: ``ledger.sealing``)."""
-        declared = self.declared.get(type(event))
-        if not declared:
+        """The payload to store for ``event`` (its fields as plain data, ``sealed`` first, the envelopes as
+        ``Envelope``), or None when it has no personal value to seal (it is stored as before). ``plain()``: the
+        whole payload's bytes (the codec's msgpack), which an event whose personal values are all one subject's
+        keeps in its one box (``ledger.sealing``)."""
+        cls = type(event)
+        plan = self._plans.get(cls)
+        if plan is None:
+            plan = self._plans[cls] = self._plan(cls)
+        if not plan:
             return None
+        trie, placeholder = plan
         payload = msgspec.to_builtins(state)
         stream = event.originator_id
         owner, scope = self.whose(stream, event)
-        places = targets(payload, declared, owner, getattr(event, "actor", None))
+        places = targets_in(payload, trie, owner, getattr(event, "actor", None))
         if not places:  # (``targets`` leaves out null places)
             return None
-        kinds = self._kinds(type(event))
         identity = event_identity(stream, event.originator_version, topic)
-        placeholder = lambda place: _PLACEHOLDER[kinds.get(_declared_path(place), "any")]()  # noqa: E731
-        subjects = {s for _, s in places}
         first = scope == stream and event.originator_version == 1  # (a new chat's or conversation's first event)
-        if len(subjects) == 1:
-            envelopes = [seal_whole(payload, places, self._current_key(next(iter(subjects)), scope, first), plain(),
-                                    identity, placeholder)]
+        subject = places[0][1]
+        if all(s == subject for _, s in places):
+            envelopes = [seal_whole(payload, places, self._current_key(subject, scope, first), plain(), identity,
+                                    placeholder)]
         else:
             envelopes = seal(payload, places, lambda subject: self._current_key(subject, scope, first), identity,
                              placeholder)
-        return {SEALED_KEY: msgspec.to_builtins(envelopes, builtin_types=(bytes,)), **payload}
+        return {SEALED_KEY: envelopes, **payload}
+
+    def _plan(self, cls: type) -> tuple[dict[str, Any], Callable[[Place], Any]] | tuple[()]:
+        """An event class's sealing, made once: its declaration's trie and the placeholder of each place (a value
+        of its kind: ``_PLACEHOLDER``); ``()`` for a class with nothing personal."""
+        declared = self.declared.get(cls)
+        if not declared:
+            return ()
+        kinds = self._kinds(cls)
+        return trie(declared), lambda place: _PLACEHOLDER[kinds.get(_declared_path(place), "any")]()
 
     def open_payload(self, data: bytes, stream_id: UUID, version: int, topic: str) -> bytes | None:
         """The unsealed payload of a stored payload sealed whole, when its key is at hand; None otherwise (decode
         the stored payload and ``unseal`` it: tombstones, or several subjects' values). The read path of every
         sealed event (a rebuild's): the box ``ledger.sealing.seal_whole`` made, opened with the key's cipher and
         the associated data's key part kept per key (``SealError`` when the box does not open)."""
-        e = sealed_header(data)
-        if e is None:
+        envelopes = _HEADER.decode(data).sealed  # (``sealed_header``, inline: this runs for every sealed event)
+        if len(envelopes) != 1 or not envelopes[0].whole:
             return None
+        e = envelopes[0]
         if time.monotonic() - self._checked >= self.REFRESH:
             self.refresh()
         opener = self._openers.get((e.subject, e.key), False)
@@ -342,6 +366,7 @@ def _put(target: Any, place: Place, value: Any) -> Any:
                                               else value})
 
 
+@functools.lru_cache(maxsize=4096)
 def _declared_path(place: Place) -> str:
     """``("messages", 0, "parts", 1, "text")`` -> ``"messages[].parts[].text"``."""
     out = ""

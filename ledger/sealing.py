@@ -3,9 +3,9 @@ as plain data (the dicts, lists and strings msgspec encodes), with AES-256-GCM f
 
 * ``targets(payload, declared, owner, actor)``: the concrete places (``("messages", 0, "parts", 1, "text")``) of an
   event's personal fields (its module's ``PERSONAL`` declaration, ``ledger.privacy``) and whose each is;
-* ``seal_whole`` (an event whose personal values are all one subject's: the box holds the whole payload as it
-  would be stored unsealed, so a reader decrypts and decodes it as before: ``ledger.sealer.Sealer.open_payload``) or ``seal`` (each
-  subject's values in its own envelope): an **envelope** is the subject, the key's number, the places (structure,
+* ``seal_whole`` (an event whose personal values are all one subject's: the box holds the whole payload, encoded
+  as the codec reads any payload, so a reader decrypts and decodes it: ``ledger.sealer.Sealer.open_payload``) or
+  ``seal`` (each subject's values in its own envelope): an **envelope** is the subject, the key's number, the places (structure,
   not content: in clear), a nonce and the AES-GCM box; the places in the payload get a placeholder of their type.
   The event's own identity (stream, version, topic) and the envelope's subject, key and places are the
   box's associated data, so a box cannot be moved to another event, subject or place;
@@ -39,8 +39,8 @@ class Envelope(msgspec.Struct, array_like=True, frozen=True):
     places: list[list[str | int]]
     nonce: bytes
     box: bytes
-    #: the box holds the whole payload as it would be stored unsealed (an event whose personal values are all
-    #: one subject's: a reader decrypts it and decodes it as usual), not the list of the places' values
+    #: the box holds the whole payload, encoded as the codec reads any payload (an event whose personal values
+    #: are all one subject's: a reader decrypts it and decodes it as usual), not the list of the places' values
     whole: bool = False
 
 
@@ -72,11 +72,11 @@ def _set(payload: Any, place: Place, value: Any) -> None:
 _LEAF = "\0"  # (a trie's end: the declared path's whose)
 
 
-@functools.lru_cache(maxsize=256)
-def _trie(declared: tuple[tuple[str, str], ...]) -> dict[str, Any]:
-    """The declared paths as one trie of steps, so a payload is walked once for all of them."""
+def trie(declared: dict[str, str]) -> dict[str, Any]:
+    """The declared paths (path -> whose) as one trie of steps, so a payload is walked once for all of them (an
+    event class's is made once: ``ledger.sealer``)."""
     root: dict[str, Any] = {}
-    for path, whose in declared:
+    for path, whose in declared.items():
         node = root
         for step in _steps(path):
             node = node.setdefault(step, {})
@@ -84,36 +84,50 @@ def _trie(declared: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     return root
 
 
+@functools.lru_cache(maxsize=4096)
+def _author(created_by: str) -> UUID:
+    """A message's ``created_by`` as stored (text) -> its UUID (authors are few: kept)."""
+    return UUID(created_by)
+
+
 def targets(payload: dict[str, Any], declared: dict[str, str], owner: UUID | None,
             actor: UUID | None) -> list[tuple[Place, UUID]]:
     """Each personal place of ``payload`` (a null one has none) and its subject: ``owner`` (the stream's),
     ``author`` (the enclosing message's ``created_by``, else the owner), ``actor`` (the event's, else the owner).
     A place with no subject to key it (a stream with no owner) is left out."""
-    out: list[tuple[Place, UUID]] = []
+    return targets_in(payload, trie(declared), owner, actor)
 
-    def walk(node: Any, trie: dict[str, Any], at: Place, author: UUID | None) -> None:
-        if node is None:
-            return
-        whose = trie.get(_LEAF)
+
+def targets_in(payload: dict[str, Any], declared: dict[str, Any], owner: UUID | None,
+               actor: UUID | None) -> list[tuple[Place, UUID]]:
+    """``targets`` with the declaration's ``trie`` (made once per event class)."""
+    out: list[tuple[Place, UUID]] = []
+    actor = actor or owner
+
+    def walk(node: Any, trie_: dict[str, Any], at: Place, author: Any) -> None:
+        whose = trie_.get(_LEAF)
         if whose is not None:
-            subject = owner if whose == "owner" else (author or owner) if whose == "author" else actor or owner
+            subject = owner if whose == "owner" else actor if whose == "actor" else (
+                _author(str(author)) if author else owner)
             if subject is not None:
                 out.append((at, subject))
             return
-        if isinstance(node, list):
-            inner = trie.get("[]")
+        if type(node) is list:
+            inner = trie_.get("[]")
             if inner is not None:
                 for i, item in enumerate(node):
-                    walk(item, inner, (*at, i), author)
+                    if item is not None:
+                        walk(item, inner, (*at, i), author)
             return
-        if isinstance(node, dict):
-            if node.get("created_by"):
-                author = UUID(str(node["created_by"]))
-            for step, inner in trie.items():
-                if step != _LEAF and step != "[]" and step in node:
-                    walk(node[step], inner, (*at, step), author)
+        if type(node) is dict:
+            author = node.get("created_by") or author  # (kept as stored: parsed only when a place needs it)
+            for step, inner in trie_.items():
+                if step != _LEAF and step != "[]":
+                    value = node.get(step)
+                    if value is not None:
+                        walk(value, inner, (*at, step), author)
 
-    walk(payload, _trie(tuple(declared.items())), (), None)
+    walk(payload, declared, (), None)
     return out
 
 
@@ -135,8 +149,8 @@ def _associated(event: bytes, subject: UUID, key: int, places: list[list[str | i
 
 def seal_whole(payload: dict[str, Any], places: list[tuple[Place, UUID]], key: tuple[int, bytes], plain: bytes,
                event: bytes, placeholder: Callable[[Place], Any] = lambda _: None) -> Envelope:
-    """One subject's event: the box holds ``plain`` (the payload's bytes as stored unsealed), the places get
-    their placeholders in ``payload`` (what a reader without the key still decodes)."""
+    """One subject's event: the box holds ``plain`` (the whole payload's bytes, as the codec decodes any), the
+    places get their placeholders in ``payload`` (what a reader without the key still decodes)."""
     (subject,) = {s for _, s in places}
     number, secret = key
     listed = [list(p) for p, _ in places]
@@ -148,6 +162,11 @@ def seal_whole(payload: dict[str, Any], places: list[tuple[Place, UUID]], key: t
 
 
 _ciphers: dict[bytes, Any] = {}
+
+
+def forget_ciphers() -> None:
+    """Drop the AES-GCM objects kept (``aead``): after an erasure, no destroyed key stays in them."""
+    _ciphers.clear()
 
 
 def aead(key: bytes) -> Any:

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, TypeVar
 from uuid import UUID
 
+from ledger.sealing import aead
+
 T = TypeVar("T")
 MASTER_ENV, MASTER_FILE_ENV = "CHAT_LEDGER_MASTER_KEY", "CHAT_LEDGER_MASTER_KEY_FILE"
 _WRAP_CONTEXT = b"chat-ledger-data-key/v1"
@@ -68,18 +70,15 @@ def _context(subject: UUID, number: int) -> bytes:
 
 
 def wrap(master: bytes, subject: UUID, number: int, key: bytes) -> bytes:
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
     nonce = os.urandom(12)
-    return nonce + AESGCM(master).encrypt(nonce, key, _context(subject, number))
+    return nonce + aead(master).encrypt(nonce, key, _context(subject, number))
 
 
 def unwrap(master: bytes, subject: UUID, number: int, wrapped: bytes) -> bytes:
     from cryptography.exceptions import InvalidTag
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
     try:
-        return AESGCM(master).decrypt(wrapped[:12], wrapped[12:], _context(subject, number))
+        return aead(master).decrypt(wrapped[:12], wrapped[12:], _context(subject, number))
     except InvalidTag:
         raise SubjectKeyError(f"key {number} of subject {subject} does not unwrap: another master key, or the stored key "
                         "was changed") from None
