@@ -152,10 +152,9 @@ class Sealer:
         epoch = self.keys.epoch()
         if epoch == self._epoch:
             return False
-        first = self._epoch is None
+        # Any change drops them, the first reading too: keys may have been read (or made) before the key table
+        # had an epoch to read, and a first reading taken as the baseline kept them past the erasure that made it
         self._epoch = epoch
-        if first:
-            return False
         with self._lock:
             self._keys.clear()
             self._current.clear()

@@ -95,6 +95,32 @@ def test_an_erased_user_leaves_no_readable_trace_and_the_ledger_still_verifies(d
     assert cli(copy, "show", chat).output.replace(copy, db_url) == cli(db_url, "show", chat).output.replace(copy, db_url)
 
 
+def test_an_erasure_leaves_no_destroyed_key_in_the_process_memory_it_ran_in(db_url, master):
+    """The keys a process used stay in its memory (the sealer's, and the AES-GCM objects made of them: their key
+    bytes are the cache's keys) until an erasure: then none of the destroyed ones is kept, and what the process
+    reads next is erased — on a ledger whose key table was made by this process (its keys read before the table
+    had an epoch to compare: such a process once kept them past the erasure, and read the content after it)."""
+    from commands.queries import shown_chat
+    from ledger import sealing
+
+    app = open_app(db_url)
+    try:
+        chat, _ = record(app)
+        shown = json.dumps(shown_chat(app, uuid.UUID(chat), None, None), default=str)
+        assert ALICE_WORDS[0] in shown  # (read: the keys opened)
+        sealer = app.mapper.sealer
+        alices = {key for (subject, _), key in sealer._keys.items() if subject == uuid.UUID(ALICE) and key}
+        assert alices and alices <= set(sealing._ciphers)  # (so the check below can see them when they are there)
+        run(app, type="erase_subject", user_id=ALICE, reason="request")
+        shown = json.dumps(shown_chat(app, uuid.UUID(chat), None, None), default=str)
+        assert ERASED in shown and not found(ALICE_WORDS, shown.encode())
+        assert not alices & set(sealing._ciphers)
+        assert not alices & {key for key in sealer._keys.values() if key}
+        assert not alices & {key for key, _ in sealer._current.values()}
+    finally:
+        app.close()
+
+
 def test_a_hold_refuses_erasure_and_retention_and_records_nothing(db_url, master):
     app = open_app(db_url)
     try:
