@@ -40,7 +40,7 @@ from ledger.errors import LedgerError
 from ledger.protection import decide as pd
 from ledger.protection.decide import Protection, ProtectionState
 from ledger.protection.events import ContentErased, KeyId, protection_id
-from ledger.sealer import first_fields
+from ledger.sealer import first_fields, stored_id
 from ledger.streams import locate
 
 Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=2000)]
@@ -92,7 +92,7 @@ def chat_organization(app: Any, chat_id: UUID) -> UUID | None:
     from ledger.chat.events import ChatCreated
 
     first = first_fields(app.recorder, chat_id)
-    return UUID(str(first[1]["organization_id"])) if first is not None and first[0] == ChatCreated.TOPIC else None
+    return stored_id(first[1]["organization_id"]) if first is not None and first[0] == ChatCreated.TOPIC else None
 
 
 def held(uow: UnitOfWork, targets: dict[UUID, str]) -> list[tuple[str, UUID, str | None]]:

@@ -79,8 +79,6 @@ class MsgspecMapper(Mapper):
         #: only hold them; a fifth smaller, and faster to decode, than their 36-character text)
         self._encoders = {"json": msgspec.json.Encoder().encode,
                           "msgpack": msgspec.msgpack.Encoder(uuid_format="bytes").encode}
-        #: a sealed payload: its fields are plain data already, its envelopes name their subjects as text
-        self._encode_sealed = msgspec.msgpack.Encoder().encode
         #: seals personal values when the ledger was opened with a master key (``ledger.sealer``); None: not
         self.sealer: Any = None
         self._json_decoders: dict[type, msgspec.json.Decoder] = {}
@@ -104,7 +102,7 @@ class MsgspecMapper(Mapper):
             # (the box of an event sealed whole holds its payload as msgpack too: smaller, quicker to decode)
             sealed = self.sealer.seal(event, state, type(event).TOPIC, lambda: self._encoders["msgpack"](state))
             if sealed is not None:  # msgpack whatever the format: its boxes are binary (no base64), nobody reads it
-                return self._encode_sealed(sealed)
+                return self._encoders["msgpack"](sealed)
         return self._encode(state)
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:

@@ -11,6 +11,7 @@ without a master key) is stored as before.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
 import threading
 import time
@@ -78,12 +79,18 @@ def sealed_header(data: bytes) -> StoredEnvelope | None:
 
 def first_fields(recorder: Any, stream_id: UUID) -> tuple[str, dict[str, Any]] | None:
     """A stream's first event as stored: its topic and fields, the sealed ones empty (ids are never sealed, so who
-    and what a stream is can be read without any key); None for a stream with no event."""
+    and what a stream is can be read without any key: ``stored_id``); None for a stream with no event."""
     stored = recorder.select_events(stream_id, lte=1)
     if not stored:
         return None
     data = bytes(stored[0].state)
     return stored[0].topic, (msgspec.json.decode(data) if data[:1] == b"{" else msgspec.msgpack.decode(data))
+
+
+def stored_id(value: Any) -> UUID:
+    """An id as a payload read without its class stores it: text (JSON, and sealed payloads before 2026-12-04) or
+    16 bytes (a sealed payload's msgpack)."""
+    return UUID(bytes=value) if isinstance(value, bytes) else UUID(str(value))
 
 
 def event_identity(stream_id: UUID, version: int, topic: str) -> bytes:
@@ -258,19 +265,19 @@ class Sealer:
             return None, stream_id
         topic, raw = first
         if topic == chat_created.TOPIC:
-            return UUID(str(raw["owner_id"])), stream_id
+            return stored_id(raw["owner_id"]), stream_id
         if topic == execution_opened.TOPIC:
-            chat = UUID(str(raw["chat_id"]))
+            chat = stored_id(raw["chat_id"])
             return self.owner_of(chat), chat
         if topic == conversation_started.TOPIC and raw.get("actor"):
-            return UUID(str(raw["actor"])), stream_id
+            return stored_id(raw["actor"]), stream_id
         return None, stream_id
 
     # -- the codec's two steps --------------------------------------------------------------------------------
 
     def seal(self, event: Any, state: dict[str, Any], topic: str, plain: Callable[[], bytes]) -> dict[str, Any] | None:
         """The payload to store for ``event`` (its fields as plain data, ``sealed`` first, the envelopes as
-        ``Envelope``), or None when it has no personal value to seal (it is stored as before). ``plain()``: the
+        ``Envelope.stored``), or None when it has no personal value to seal (it is stored as before). ``plain()``: the
         whole payload's bytes (the codec's msgpack), which an event whose personal values are all one subject's
         keeps in its one box (``ledger.sealing``)."""
         cls = type(event)
@@ -280,7 +287,7 @@ class Sealer:
         if not plan:
             return None
         trie, placeholder = plan
-        payload = msgspec.to_builtins(state)
+        payload = msgspec.to_builtins(state, builtin_types=_AS_THEY_ARE)
         stream = event.originator_id
         owner, scope = self.whose(stream, event)
         places = targets_in(payload, trie, owner, getattr(event, "actor", None))
@@ -295,7 +302,7 @@ class Sealer:
         else:
             envelopes = seal(payload, places, lambda subject: self._current_key(subject, scope, first), identity,
                              placeholder)
-        return {SEALED_KEY: envelopes, **payload}
+        return {SEALED_KEY: [e.stored() for e in envelopes], **payload}
 
     def _plan(self, cls: type) -> tuple[dict[str, Any], Callable[[Place], Any]] | tuple[()]:
         """An event class's sealing, made once: its declaration's trie and the placeholder of each place (a value
@@ -348,6 +355,10 @@ class Sealer:
                           lambda place: _TOMBSTONE[kinds.get(_declared_path(place), "any")](), _put)
         return state
 
+
+#: the values a sealed payload keeps as they are, for its msgpack (ids as 16 bytes, times as timestamps: smaller
+#: than their text); a declared place holds text only, so its values are as before
+_AS_THEY_ARE = (UUID, datetime.datetime, datetime.date, bytes)
 
 #: what a sealed place holds in the stored payload, and what it reads once its key is destroyed, by kind
 _PLACEHOLDER = {"str": str, "dict": dict, "any": lambda: None}

@@ -43,6 +43,10 @@ class Envelope(msgspec.Struct, array_like=True, frozen=True):
     #: are all one subject's: a reader decrypts it and decodes it as usual), not the list of the places' values
     whole: bool = False
 
+    def stored(self) -> list[Any]:
+        """As the sealed payload stores it: its fields in order, the subject as text."""
+        return [str(self.subject), self.key, self.places, self.nonce, self.box, self.whole]
+
 
 class SealError(ValueError):
     """An envelope that does not open under the key it names: the record was changed."""
@@ -86,7 +90,7 @@ def trie(declared: dict[str, str]) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=4096)
 def _author(created_by: str) -> UUID:
-    """A message's ``created_by`` as stored (text) -> its UUID (authors are few: kept)."""
+    """A message's ``created_by`` as text -> its UUID (authors are few: kept)."""
     return UUID(created_by)
 
 
@@ -108,7 +112,7 @@ def targets_in(payload: dict[str, Any], declared: dict[str, Any], owner: UUID | 
         whose = trie_.get(_LEAF)
         if whose is not None:
             subject = owner if whose == "owner" else actor if whose == "actor" else (
-                _author(str(author)) if author else owner)
+                (author if type(author) is UUID else _author(str(author))) if author else owner)
             if subject is not None:
                 out.append((at, subject))
             return
@@ -120,7 +124,7 @@ def targets_in(payload: dict[str, Any], declared: dict[str, Any], owner: UUID | 
                         walk(item, inner, (*at, i), author)
             return
         if type(node) is dict:
-            author = node.get("created_by") or author  # (kept as stored: parsed only when a place needs it)
+            author = node.get("created_by") or author  # (text is parsed only when a place needs it)
             for step, inner in trie_.items():
                 if step != _LEAF and step != "[]":
                     value = node.get(step)

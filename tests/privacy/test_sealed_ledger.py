@@ -160,3 +160,45 @@ def test_a_payload_sealed_place_by_place_is_not_taken_for_one_sealed_whole() -> 
     assert header is not None and (header.subject, header.key, header.nonce, header.box) == (
         str(whole.subject), 1, whole.nonce, whole.box)
     assert bytes(header.places) == msgspec.msgpack.encode(whole.places)  # (what the box's associated data covers)
+
+
+def test_a_ledger_sealed_in_the_earlier_layout_reads_erases_and_verifies(db_url, master, monkeypatch) -> None:
+    """Sealed payloads written before 2026-12-04 kept their ids and times as text and their box in the ledger's
+    JSON (the layout now: 16-byte ids, msgpack times and box). Both layouts read: whose a stream is from its
+    first event, the content, the tombstones after an erasure, and the chains."""
+    import msgspec
+
+    import ledger.sealer as sealer_module
+    from commands.protection import chat_organization
+    from ledger.sealer import Sealer
+
+    sealed_now = Sealer.seal
+    with monkeypatch.context() as earlier:
+        earlier.setattr(sealer_module, "_AS_THEY_ARE", ())
+        earlier.setattr(Sealer, "seal", lambda self, event, state, topic, plain: sealed_now(
+            self, event, state, topic, lambda: msgspec.json.encode(state)))
+        app = open_app(db_url)
+        try:
+            chat = record(app)
+            payloads = stored_payloads(app)
+        finally:
+            app.close()
+    from ledger.sealer import is_sealed
+
+    assert [p for p in payloads if is_sealed(p) and ORG.encode() in p]  # (ids as text: the earlier layout)
+    app = open_app(db_url)
+    try:
+        assert texts(app, chat) == [MARKERS[0], MARKERS[1], MARKERS[2], MARKERS[3]]
+        assert chat_organization(app, uuid.UUID(chat)) == uuid.UUID(ORG)
+        assert app.mapper.sealer.owner_of(uuid.UUID(chat)) == uuid.UUID(ALICE)
+        ring = KeyRing(app, app.master_key)
+        assert len(ring.destroy(ring.keys_of(uuid.UUID(BOB)))) == 1
+    finally:
+        app.close()
+    app = open_app(db_url)
+    try:
+        assert texts(app, chat) == [MARKERS[0], MARKERS[1], ERASED, MARKERS[3]]
+        assert stored_payloads(app) == payloads
+    finally:
+        app.close()
+    assert cli(db_url, "events", "verify", "--no-projections").exit_code == 0
