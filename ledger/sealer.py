@@ -357,7 +357,8 @@ class Sealer:
 
 
 #: the values a sealed payload keeps as they are, for its msgpack (ids as 16 bytes, times as timestamps: smaller
-#: than their text); a declared place holds text only, so its values are as before
+#: than their text; a timestamp is UTC, as every time the ledger records is — a time with another offset would read
+#: back as the same instant in UTC); a declared place holds text only, so its values are as before
 _AS_THEY_ARE = (UUID, datetime.datetime, datetime.date, bytes)
 
 #: what a sealed place holds in the stored payload, and what it reads once its key is destroyed, by kind
