@@ -28,6 +28,7 @@ from ledger.sealing import (ERASED, Envelope, Place, SealError, aead, forget_cip
 from ledger.subjectkeys import KeyRing
 
 SEALED_KEY = "sealed"
+_MSGPACK_KEY = b"\xa6sealed"  # (msgpack's fixstr of the key, right after the map's header)
 
 
 @functools.cache
@@ -38,7 +39,6 @@ def _starts() -> tuple[type, type, type]:
     from ledger.toolcalls.events import ToolCallExecutionOpened
 
     return ChatCreated, ToolCallExecutionOpened, ConversationStarted
-_MSGPACK_KEY = b"\xa6sealed"  # (msgpack's fixstr of the key, right after the map's header)
 
 
 def is_sealed(data: bytes) -> bool:
@@ -277,9 +277,9 @@ class Sealer:
 
     def seal(self, event: Any, state: dict[str, Any], topic: str, plain: Callable[[], bytes]) -> dict[str, Any] | None:
         """The payload to store for ``event`` (its fields as plain data, ``sealed`` first, the envelopes as
-        ``Envelope.stored``), or None when it has no personal value to seal (it is stored as before). ``plain()``: the
-        whole payload's bytes (the codec's msgpack), which an event whose personal values are all one subject's
-        keeps in its one box (``ledger.sealing``)."""
+        ``Envelope.stored``), or None when it has no personal value to seal (it is stored as before).
+        ``plain()``: the whole payload's bytes (the codec's msgpack), which an event whose personal values are
+        all one subject's keeps in its one box (``ledger.sealing``)."""
         cls = type(event)
         plan = self._plans.get(cls)
         if plan is None:
@@ -318,10 +318,9 @@ class Sealer:
         the stored payload and ``unseal`` it: tombstones, or several subjects' values). The read path of every
         sealed event (a rebuild's): the box ``ledger.sealing.seal_whole`` made, opened with the key's cipher and
         the associated data's key part kept per key (``SealError`` when the box does not open)."""
-        envelopes = _HEADER.decode(data).sealed  # (``sealed_header``, inline: this runs for every sealed event)
-        if len(envelopes) != 1 or not envelopes[0].whole:
+        e = sealed_header(data)
+        if e is None:
             return None
-        e = envelopes[0]
         if time.monotonic() - self._checked >= self.REFRESH:
             self.refresh()
         opener = self._openers.get((e.subject, e.key), False)

@@ -5,10 +5,10 @@ as plain data (the dicts, lists and strings msgspec encodes), with AES-256-GCM f
   event's personal fields (its module's ``PERSONAL`` declaration, ``ledger.privacy``) and whose each is;
 * ``seal_whole`` (an event whose personal values are all one subject's: the box holds the whole payload, encoded
   as the codec reads any payload, so a reader decrypts and decodes it: ``ledger.sealer.Sealer.open_payload``) or
-  ``seal`` (each subject's values in its own envelope): an **envelope** is the subject, the key's number, the places (structure,
-  not content: in clear), a nonce and the AES-GCM box; the places in the payload get a placeholder of their type.
-  The event's own identity (stream, version, topic) and the envelope's subject, key and places are the
-  box's associated data, so a box cannot be moved to another event, subject or place;
+  ``seal`` (each subject's values in its own envelope): an **envelope** is the subject, the key's number, the
+  places (structure, not content: in clear), a nonce and the AES-GCM box; the places in the payload get a
+  placeholder of their type. The event's own identity (stream, version, topic) and the envelope's subject, key and
+  places are the box's associated data, so a box cannot be moved to another event, subject or place;
 * ``unseal``: the values back in their places, or, where the subject's key was destroyed, a tombstone
   (``ERASED``, of the place's kind). A box that does not open under a key that exists is an error, never a
   tombstone: a changed record must not pass for an erased one.

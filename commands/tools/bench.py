@@ -290,8 +290,8 @@ def print_table(results: dict[str, Any]) -> None:
             x = r["privacy"]
             p, s = x["ledgers"]["plain"], x["ledgers"]["sealed"]
             _row(backend, f"commands, sealed vs plain (cmd/s; median of {x['rounds']} rounds, totals "
-                          f"{x['command_total_ratio']:.2f})", x["commands_per_s"]["sealed"], x["commands_per_s"]["plain"],
-                 x["command_throughput_ratio"], ">=0.85")
+                          f"{x['command_total_ratio']:.2f})", x["commands_per_s"]["sealed"],
+                 x["commands_per_s"]["plain"], x["command_throughput_ratio"], ">=0.85")
             _row(backend, f"rebuild {p['events']:,} ev, sealed vs plain (s)", s["rebuild_s"], p["rebuild_s"],
                  x["rebuild_ratio"], ">=0.85")
             _row(backend, "scan+decode, sealed vs plain (s)", s["scan_decode_s"], p["scan_decode_s"],

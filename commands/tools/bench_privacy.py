@@ -2,8 +2,8 @@
 ``commands.tools.bench_children``): the same commands through the handler into a ledger opened with a master key
 (every personal value sealed: ``ledger.sealer``) and into one without, in 16 rounds of the same commands through
 both in ABBA order (the ratio: the rounds' median); then the same generated events in two fresh ledgers, scanned and
-decoded (best of 4) and their chat views rebuilt (best of 10), the two ledgers in turns (ABBA); then the erasure of a user who owns 1,000 chats, among as many of others
-(``_erasure``)."""
+decoded (best of 4) and their chat views rebuilt (best of 10), the two ledgers in turns (ABBA); then the erasure of
+a user who owns 1,000 chats, among as many of others (``_erasure``)."""
 
 from __future__ import annotations
 
