@@ -23,8 +23,8 @@ import msgspec
 from cryptography.exceptions import InvalidTag
 
 from ledger.privacy import event_text_kinds, personal_declarations
-from ledger.sealing import (ERASED, Envelope, Place, SealError, aead, forget_ciphers, key_context, seal,
-                             seal_whole, targets_in, trie, unseal)
+from ledger.sealing import (ERASED, Envelope, Place, SealError, aead, associated, forget_ciphers, key_context,
+                             seal, seal_whole, targets_in, trie, unseal)
 from ledger.subjectkeys import KeyRing
 
 SEALED_KEY = "sealed"
@@ -331,12 +331,9 @@ class Sealer:
                 aead(key), key_context(subject, e.key))
         if opener is None:
             return None
-        # (``ledger.sealing.associated(event_identity(...), key part, places, True)`` spelled as one join, for every
-        # sealed read: were they to differ, no box sealed whole would open — every sealed ledger's test would fail)
         try:
-            return opener[0].decrypt(e.nonce, e.box, b"".join((  # type: ignore[no-any-return]
-                stream_id.bytes, version.to_bytes(8, "big", signed=True), _topic_bytes(topic), opener[1], e.places,
-                b"W")))
+            return opener[0].decrypt(e.nonce, e.box, associated(event_identity(stream_id, version, topic), opener[1],
+                                                                e.places, True))  # type: ignore[no-any-return]
         except InvalidTag:
             raise SealError(f"the sealed content of subject {e.subject} does not open under its key {e.key}: the "
                             "record was changed") from None
