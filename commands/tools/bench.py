@@ -292,8 +292,10 @@ def print_table(results: dict[str, Any]) -> None:
             _row(backend, f"commands, sealed vs plain (cmd/s; median of {x['rounds']} rounds, totals "
                           f"{x['command_total_ratio']:.2f})", x["commands_per_s"]["sealed"],
                  x["commands_per_s"]["plain"], x["command_throughput_ratio"], ">=0.85")
-            _row(backend, f"rebuild {p['events']:,} ev, sealed vs plain (s)", s["rebuild_s"], p["rebuild_s"],
-                 x["rebuild_ratio"], ">=0.85")
+            _row(backend, f"rebuild {p['events']:,} ev, every projection, sealed vs plain (s)", s["rebuild_s"],
+                 p["rebuild_s"], x["rebuild_ratio"], ">=0.85")
+            for name, ratio in x.get("rebuild_each_ratio", {}).items():
+                _row(backend, f"  {name} alone (s)", s["rebuild_each_s"][name], p["rebuild_each_s"][name], ratio)
             _row(backend, "scan+decode, sealed vs plain (s)", s["scan_decode_s"], p["scan_decode_s"],
                  x["scan_decode_ratio"])
             _row(backend, "stored bytes, sealed vs plain", s["stored_bytes"], p["stored_bytes"], x["stored_size_ratio"])
