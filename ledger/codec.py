@@ -176,6 +176,27 @@ class MsgspecMapper(Mapper):
         except ValueError as e:  # SealError: a changed record
             raise CodecError(str(e)) from e
 
+    def to_clear_event(self, stored_event: StoredEvent) -> Any:
+        """The event as ``to_domain_event`` gives it, without opening any sealed value: the personal places hold
+        the empty placeholders they are stored with (``""``, ``{}``, null), whether their keys exist or not. For
+        readers that read no personal field (a projection with ``personal`` False): no key is used or needed,
+        and no personal value is decrypted into their memory."""
+        data = stored_event.state
+        if self.cipher or self.compressor or not is_sealed(data):  # (nothing sealed, or a whole payload enciphered
+            return self.to_domain_event(stored_event)                # by the library's cipher: read as usual)
+        try:
+            cls, state = self.decode_payload(stored_event.topic, data)
+        except CodecError as e:
+            raise CodecError(f"{e} (in stream {stored_event.originator_id} at version "
+                             f"{stored_event.originator_version})") from e
+        del state["sealed"]
+        oid = stored_event.originator_id
+        state["originator_id"] = oid if isinstance(oid, UUID) else UUID(str(oid))
+        state["originator_version"] = stored_event.originator_version
+        event = object.__new__(cls)
+        object.__setattr__(event, "__dict__", state)
+        return event
+
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
         data = stored_event.state
         if self.cipher:

@@ -38,7 +38,7 @@ operations, ``Rows``), ``projections.viewstate`` (``ViewState``, ``RowCache``, `
 from __future__ import annotations
 
 import hashlib
-from typing import Any, ClassVar, Iterable, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Sequence
 
 # The engine's parts, by role (re-exported here: ``from projections.engine import ...`` names them all).
 from projections.errors import (  # noqa: F401
@@ -63,6 +63,8 @@ class Projection:
       SQL when reading the notification log, and unhandled events are never decoded.
     * ``streamwise``: the rows depend on one stream at a time (see the attribute); rebuilds then read
       the log stream by stream.
+    * ``personal``: False for a view that reads no personal field (see the attribute): no sealed value is
+      opened for it.
     """
 
     name: ClassVar[str] = ""
@@ -73,9 +75,20 @@ class Projection:
     #: and rows of different streams have different keys): a rebuild may then fold the log stream by stream
     #: (``projections.streamwise``). False (log order) for projections that join streams.
     streamwise: ClassVar[bool] = False
+    #: False when ``apply`` reads no personal field (``ledger.privacy``): its events are decoded as stored
+    #: (``ledger.codec.MsgspecMapper.to_clear_event``: no key opened, none needed; the personal places hold empty
+    #: placeholders), so a view that holds no personal data never decrypts any, and its rebuild does not pay for
+    #: it. A view with this False holds the same rows on a sealed ledger as on a plain one
+    #: (tests/privacy/test_clear_views.py).
+    personal: ClassVar[bool] = True
     #: the notification id of the event ``apply`` is given, in a log-order batch (None elsewhere: a stream-wise
     #: build's fold); what an erasure's rewrite of rows reads as of (``projections.erasure``)
     position: int | None = None
+
+    def decoder(self, app: Any) -> Callable[[Any], Any]:
+        """How this projection's stored events become events: opening sealed values or not (``personal``)."""
+        mapper = app.mapper
+        return mapper.to_domain_event if self.personal else getattr(mapper, "to_clear_event", mapper.to_domain_event)
 
     def prepare(self, events: Sequence[Any]) -> None:
         """Called with a batch's events for this projection (those of its ``topics``) before its

@@ -87,9 +87,10 @@ def _decode(app: Any, projection: Projection, version: int,
             notes: Sequence[Any]) -> tuple[list[tuple[int, Any]], ProjectionFailed | None]:
     """The page's events, up to the first notification that cannot be decoded (and that failure)."""
     items = []
+    decode = projection.decoder(app)
     for n in notes:
         try:
-            items.append((n.id, app.mapper.to_domain_event(n)))
+            items.append((n.id, decode(n)))
         except Exception as e:
             return items, ProjectionFailed(projection.name, version, f"cannot decode: {e}", n.id, n.originator_id,
                                            n.originator_version, n.topic)

@@ -176,7 +176,7 @@ def fold_range(app: Any, projection: Projection, head: int, lo: UUID | None, hi:
                progress: Callable[[int], None] | None = None) -> int:
     """Fold every stream of ``[lo, hi)`` up to ``head``, giving each stream's rows to ``emit``; returns the
     number of events folded."""
-    to_event = app.mapper.to_domain_event
+    to_event = projection.decoder(app)
     topics = None if projection.topics is None else list(projection.topics)
     events: list[Any] = []
     current: Any = None

@@ -32,6 +32,7 @@ class UsageView(Projection):
     name = "usage"
     streamwise = True
     version = 1
+    personal = False  # (usage, models and ids: no personal field read, none opened)
     topics = CHAT_TOPICS
     tables = [
         Table(USAGE, [

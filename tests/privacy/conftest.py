@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Iterator
+
 import pytest
 
 from ledger.subjectkeys import MASTER_ENV, new_master_key
@@ -13,3 +15,16 @@ def master(monkeypatch) -> str:
     key = new_master_key()
     monkeypatch.setenv(MASTER_ENV, key)
     return key
+
+
+@pytest.fixture
+def sealed(master, db_url) -> Iterator[tuple[Any, Any]]:  # noqa: ARG001 (the master key: the ledger seals)
+    """A sealing ledger on the test's backend and its views' backend."""
+    from ledger.store import open_app
+    from projections import open_backend
+
+    app = open_app(db_url)
+    backend = open_backend(db_url)
+    yield app, backend
+    backend.close()
+    app.close()

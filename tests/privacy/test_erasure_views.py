@@ -7,16 +7,14 @@ reads every event with the keys as they are now, so no build holds a word whose 
 from __future__ import annotations
 
 import uuid
-from typing import Any, Iterator
+from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from commands.handler import command_from_dict, execute
 from ledger.errors import LedgerError
-from ledger.store import open_app
-from projections import catch_up, maintained_version, open_backend, rebuild
+from projections import catch_up, maintained_version, rebuild
 from projections.chats import ChatViews
 from projections.search import SearchView
 from tests.chat.helpers import setup_org
@@ -32,15 +30,6 @@ STEPS = st.one_of(
                                           "busy_behavior": "queue"})),
     st.tuples(st.just(-1), st.sampled_from([OWNER, WRITER])),  # an erasure
 )
-
-
-@pytest.fixture
-def sealed(master, db_url) -> Iterator[tuple[Any, Any]]:  # noqa: ARG001 (the master key: the ledger seals)
-    app = open_app(db_url)
-    backend = open_backend(db_url)
-    yield app, backend
-    backend.close()
-    app.close()
 
 
 def record(app: Any, steps: list[Any]) -> None:

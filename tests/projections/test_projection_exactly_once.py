@@ -41,12 +41,12 @@ def drive(app: Any, backend: Any, p: Any, version: int, schedule: list[tuple[str
     position and rows did not move; ("redeliver", n) re-sends the last n and checks the refusal."""
     position = 0
     for action, size in schedule:
-        items = decoded(app, position, size)
+        items = decoded(app, position, size, p)
         handled = sum(type(e).TOPIC in p.topics for _, e in items)
         if action == "redeliver" and position > 0:
             before = read_build(backend, p, version)
             with pytest.raises(PositionConflict):
-                backend.apply_batch(p, version, decoded(app, max(position - size, 0), size))
+                backend.apply_batch(p, version, decoded(app, max(position - size, 0), size, p))
             assert read_build(backend, p, version) == before
         elif action == "crash" and handled:
             before = read_build(backend, p, version)
@@ -59,8 +59,10 @@ def drive(app: Any, backend: Any, p: Any, version: int, schedule: list[tuple[str
             position = backend.apply_batch(p, version, items)
 
 
-def decoded(app: Any, start: int, limit: int) -> list[tuple[int, Any]]:
-    return [(n.id, app.mapper.to_domain_event(n)) for n in app.notifications(start, limit)]
+def decoded(app: Any, start: int, limit: int, projection: Any = None) -> list[tuple[int, Any]]:
+    """The notifications as the runner gives them to ``projection`` (``Projection.decoder``)."""
+    decode = app.mapper.to_domain_event if projection is None else projection.decoder(app)
+    return [(n.id, decode(n)) for n in app.notifications(start, limit)]
 
 
 def test_redelivered_batch_is_refused_and_view_unchanged(app: Any, backend: Any) -> None:
