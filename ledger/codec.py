@@ -181,23 +181,10 @@ class MsgspecMapper(Mapper):
         the empty placeholders they are stored with (``""``, ``{}``, null), whether their keys exist or not. For
         readers that read no personal field (a projection with ``personal`` False): no key is used or needed,
         and no personal value is decrypted into their memory."""
-        data = stored_event.state
-        if self.cipher or self.compressor or not is_sealed(data):  # (nothing sealed, or a whole payload enciphered
-            return self.to_domain_event(stored_event)                # by the library's cipher: read as usual)
-        try:
-            cls, state = self.decode_payload(stored_event.topic, data)
-        except CodecError as e:
-            raise CodecError(f"{e} (in stream {stored_event.originator_id} at version "
-                             f"{stored_event.originator_version})") from e
-        del state["sealed"]
-        oid = stored_event.originator_id
-        state["originator_id"] = oid if isinstance(oid, UUID) else UUID(str(oid))
-        state["originator_version"] = stored_event.originator_version
-        event = object.__new__(cls)
-        object.__setattr__(event, "__dict__", state)
-        return event
+        return self.to_domain_event(stored_event, open_sealed=False)
 
-    def to_domain_event(self, stored_event: StoredEvent) -> Any:
+    def to_domain_event(self, stored_event: StoredEvent, open_sealed: bool = True) -> Any:
+        """The stored event as an event; ``open_sealed`` False: ``to_clear_event``."""
         data = stored_event.state
         if self.cipher:
             data = self.cipher.decrypt(data)
@@ -206,7 +193,7 @@ class MsgspecMapper(Mapper):
         oid = stored_event.originator_id
         stream = oid if isinstance(oid, UUID) else UUID(str(oid))
         try:
-            if self.sealer is not None and is_sealed(data):  # sealed whole: decrypt and decode as usual (fast)
+            if open_sealed and self.sealer is not None and is_sealed(data):  # sealed whole: decrypt, decode as usual
                 try:
                     opened = self.sealer.open_payload(data, stream, stored_event.originator_version,
                                                       stored_event.topic)
@@ -216,7 +203,7 @@ class MsgspecMapper(Mapper):
                     data = opened
             cls, state = self.decode_payload(stored_event.topic, data)
             envelopes = state.pop("sealed")
-            if envelopes:  # several subjects' values, or a destroyed key: put values (or tombstones) back
+            if envelopes and open_sealed:  # several subjects' values, or a destroyed key: values (or tombstones) back
                 state = self._unsealed(state, envelopes, cls, stored_event, stream)
         except CodecError as e:  # name the stream and version (formatted only when something failed)
             raise CodecError(f"{e} (in stream {oid} at version {stored_event.originator_version})") from e

@@ -87,8 +87,7 @@ class Projection:
 
     def decoder(self, app: Any) -> Callable[[Any], Any]:
         """How this projection's stored events become events: opening sealed values or not (``personal``)."""
-        mapper = app.mapper
-        return mapper.to_domain_event if self.personal else getattr(mapper, "to_clear_event", mapper.to_domain_event)
+        return app.mapper.to_domain_event if self.personal else app.mapper.to_clear_event
 
     def prepare(self, events: Sequence[Any]) -> None:
         """Called with a batch's events for this projection (those of its ``topics``) before its
